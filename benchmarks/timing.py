@@ -1,0 +1,86 @@
+"""Shared timing helper for the scripts in benchmarks/.
+
+Variants are timed interleaved (A B C A B C ...), so drift on a busy machine hits
+them all alike: compare ratios, not absolute times. Times are seconds per call.
+"""
+import argparse
+import json
+import statistics
+import timeit
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timing:
+    min_s: float
+    median_s: float
+    repeats: int
+
+
+def measure(funcs, *, repeats=15, warmup=2, number=1):
+    """Time zero-argument callables ``{variant: fn}``, interleaved.
+
+    Each of ``repeats`` rounds runs every fn ``number`` times in a row (use
+    number > 1 for microsecond calls); ``warmup`` untimed rounds come first.
+    Garbage collection is off while timing (timeit's default).
+    Returns ``{variant: Timing}`` in the order given.
+    """
+    timers = {name: timeit.Timer(fn) for name, fn in funcs.items()}
+    for _ in range(warmup):
+        for fn in funcs.values():
+            fn()
+    samples = {name: [] for name in funcs}
+    for _ in range(repeats):
+        for name, timer in timers.items():
+            samples[name].append(timer.timeit(number) / number)
+    return {name: Timing(min(s), statistics.median(s), repeats) for name, s in samples.items()}
+
+
+def rows(case, timings, baseline=None, note=""):
+    """CONTRACT rows for one case; ratio = median / the ``baseline`` variant's median."""
+    base = timings[baseline].median_s if baseline else None
+    return [{"case": case, "variant": name, "min_s": t.min_s, "median_s": t.median_s,
+             "repeats": t.repeats, "ratio": t.median_s / base if base else None, "note": note}
+            for name, t in timings.items()]
+
+
+def write_json(path, benchmark, rows, extra=None):
+    """Write the CONTRACT schema: {"benchmark", "rows": [...], "extra": {...}}."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"benchmark": benchmark, "rows": rows, "extra": extra or {}}, f, indent=2)
+
+
+def seconds(s):
+    """Human-readable duration: '1.23 µs', '4.56 ms', '7.89 s'."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns"
+
+
+def format_table(rows):
+    """Rows (with an optional "benchmark" key) as an aligned plain-text table."""
+    cols = (["benchmark"] if any("benchmark" in r for r in rows) else []) + [
+        "case", "variant", "min", "median", "ratio", "note"]
+    cells = [[r.get("benchmark", ""), r["case"], r["variant"], seconds(r["min_s"]),
+              seconds(r["median_s"]), "" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+              r.get("note", "")][-len(cols):] for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(cols, *cells)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip()
+             for line in [cols, ["-" * w for w in widths], *cells]]
+    return "\n".join(lines)
+
+
+def arg_parser(description):
+    """The common command line: ``--quick`` and ``--json PATH``; add your own, then parse."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
+    parser.add_argument("--json", metavar="PATH", help="write rows as JSON (CONTRACT schema)")
+    return parser
+
+
+def finish(args, benchmark, rows, extra=None):
+    """Print the table and, with ``--json PATH``, write the JSON file."""
+    print(format_table(rows))
+    if args.json:
+        write_json(args.json, benchmark, rows, extra)
