@@ -17,17 +17,20 @@ class Timing:
     repeats: int
 
 
-def measure(funcs, *, repeats=15, warmup=2, number=1):
+def measure(funcs, *, repeats=15, warmup=2, number=1, setup=None):
     """Time zero-argument callables ``{variant: fn}``, interleaved.
 
     Each of ``repeats`` rounds runs every fn ``number`` times in a row (use
     number > 1 for microsecond calls); ``warmup`` untimed rounds come first.
-    Garbage collection is off while timing (timeit's default).
-    Returns ``{variant: Timing}`` in the order given.
+    ``setup`` ``{variant: fn}`` runs untimed before each of that variant's turns
+    (e.g. ``dmlshim.activate``/``deactivate``). Garbage collection is off while
+    timing (timeit's default). Returns ``{variant: Timing}`` in the order given.
     """
-    timers = {name: timeit.Timer(fn) for name, fn in funcs.items()}
+    setup = setup or {}
+    timers = {name: timeit.Timer(fn, setup.get(name, "pass")) for name, fn in funcs.items()}
     for _ in range(warmup):
-        for fn in funcs.values():
+        for name, fn in funcs.items():
+            setup.get(name, lambda: None)()
             fn()
     samples = {name: [] for name in funcs}
     for _ in range(repeats):
