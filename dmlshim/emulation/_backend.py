@@ -1,0 +1,293 @@
+"""The emulated DirectML device: PrivateUse1 kernels that run on the CPU.
+
+Every aten op that reaches the PrivateUse1 dispatch key lands in
+:func:`_kernel`, which asks :mod:`.policy` (routing table + quirk rules) what
+DirectML would do, then
+
+* *metadata* ops (views, ``set_``, in-place views) re-dispatch to the CPU
+  kernel on the device tensor itself: the result shares its storage and keeps
+  the device, exactly like a real backend's view;
+* every other op runs on zero-copy CPU aliases; in-place and ``out=`` results
+  are the original device arguments, new results are re-tagged to the device.
+
+Arithmetic is therefore the CPU's own kernels, bit for bit.
+"""
+import contextlib
+import functools
+
+import torch
+
+from . import _tensors
+from ._tensors import cpu_alias, to_device
+
+DEVICE_TYPE = "privateuseone"
+DEVICE = torch.device(DEVICE_TYPE, 0)
+_CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_CPU = torch.device("cpu")
+
+_libraries = []   # torch.library registrations vanish when these are collected
+_ops = {}         # OpOverload -> _OpInfo
+_direct = set()   # ops given a direct PrivateUse1 kernel (faster than the boxed fallback)
+policy = None     # set by install(): callable(info, args, kwargs) -> None, may raise
+
+
+class _OpInfo:
+    """What the kernel needs to know about one aten overload, computed once."""
+
+    __slots__ = ("op", "name", "qualname", "metadata", "cache")
+
+    def __init__(self, op):
+        self.op = op
+        base = op._schema.name.split("::", 1)[1]
+        self.name = _impl_name(op)
+        self.qualname = f"aten::{self.name}"
+        returns = op._schema.returns
+        is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+        self.metadata = (is_view or torch.Tag.inplace_view in op.tags
+                         or base in ("set_", "_reshape_alias"))
+        self.cache = None  # policy's per-op data (routing, matching rules)
+
+
+def op_info(op):
+    info = _ops.get(op)
+    if info is None:
+        info = _ops[op] = _OpInfo(op)
+    return info
+
+
+def is_device_tensor(x):
+    return isinstance(x, torch.Tensor) and x.device.type == DEVICE_TYPE
+
+
+# ---------------------------------------------------------------- arguments
+
+def _to_cpu(x, originals):
+    """Device tensors (also inside lists) -> CPU aliases; device args -> cpu."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type != DEVICE_TYPE:
+            return x
+        alias = cpu_alias(x)
+        originals[id(alias)] = x
+        return alias
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_cpu(y, originals) for y in x)
+    if isinstance(x, torch.device) and x.type == DEVICE_TYPE:
+        return _CPU
+    return x
+
+
+def _to_dev(x, originals):
+    """CPU results -> device: an alias of an argument is that argument."""
+    if isinstance(x, torch.Tensor):
+        original = originals.get(id(x))
+        if original is not None:
+            return original
+        return to_device(x) if x.device.type == "cpu" else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_dev(y, originals) for y in x)
+    return x
+
+
+def run_on_cpu(op, args, kwargs):
+    """Run ``op`` on CPU aliases of the device arguments; results on the device."""
+    originals = {}
+    cargs = tuple(_to_cpu(a, originals) for a in args)
+    ckwargs = {k: _to_cpu(v, originals) for k, v in kwargs.items()}
+    try:
+        out = op(*cargs, **ckwargs)
+    except RuntimeError as e:
+        if "not resizable" not in str(e):
+            raise
+        return _run_resizing_outs(op, args, kwargs, cargs, ckwargs, originals)
+    return _to_dev(out, originals)
+
+
+def _run_resizing_outs(op, args, kwargs, cargs, ckwargs, originals):
+    # An out= argument must grow, but a DLPack storage cannot: compute into
+    # fresh CPU outputs, then resize the device outputs and copy back.
+    fresh = {}
+    for k, v in ckwargs.items():
+        if isinstance(v, torch.Tensor) and id(v) in originals and _is_out_arg(op, k):
+            fresh[k] = torch.empty(0, dtype=v.dtype)
+    out = op(*cargs, **{**ckwargs, **fresh})
+    for k, result in fresh.items():
+        target = kwargs[k]
+        target.resize_(result.shape)
+        cpu_alias(target).copy_(result)
+    swap = {id(r): kwargs[k] for k, r in fresh.items()}
+    originals.update(swap)
+    return _to_dev(out, originals)
+
+
+def _is_out_arg(op, name):
+    return any(a.name == name and a.alias_info is not None and a.alias_info.is_write
+               and a.kwarg_only for a in op._schema.arguments)
+
+
+# ---------------------------------------------------------------- kernels
+
+def _kernel(op, *args, **kwargs):
+    info = _ops.get(op) or op_info(op)
+    if policy is not None:
+        policy(info, args, kwargs)
+    if info.metadata:
+        return op.redispatch(_CPU_KEYSET, *args, **kwargs)
+    return run_on_cpu(op, args, kwargs)
+
+
+def _fallback(op, *args, **kwargs):
+    # First call of an op: give it a direct kernel; the boxed fallback is ≈4x slower.
+    if op not in _direct and op.namespace == "aten":
+        _direct.add(op)
+        try:
+            _libraries[1].impl(_impl_name(op), functools.partial(_kernel, op), "PrivateUse1")
+        except RuntimeError:
+            pass  # some ops refuse Python kernels; the fallback keeps serving them
+    return _kernel(op, *args, **kwargs)
+
+
+def _impl_name(op):
+    overload = op._overloadname
+    base = op._schema.name.split("::", 1)[1]
+    return base if overload == "default" else f"{base}.{overload}"
+
+
+def _copy_from(self, dst, non_blocking=False):
+    src = cpu_alias(self) if self.device.type == DEVICE_TYPE else self
+    target = cpu_alias(dst) if dst.device.type == DEVICE_TYPE else dst
+    target.copy_(src)
+    return dst
+
+
+def _copy_from_and_resize(self, dst):
+    dst.resize_(self.shape)
+    return _copy_from(self, dst)
+
+
+def _resize_(self, size, memory_format=None):
+    """``resize_`` that can grow a DLPack storage by swapping in a larger one."""
+    size = tuple(size)
+    numel = 1
+    for s in size:
+        numel *= s
+    needed = (self.storage_offset() + numel) * self.element_size()
+    if needed > self.untyped_storage().nbytes():
+        old = cpu_alias(self).reshape(-1) if self.numel() else None
+        grown = to_device(torch.empty(self.storage_offset() + numel, dtype=self.dtype))
+        if old is not None:
+            cpu_alias(grown)[self.storage_offset():self.storage_offset() + old.numel()].copy_(old)
+        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            _CPU_KEYSET, self, grown.untyped_storage(), self.storage_offset(), self.shape,
+            self.stride())
+    torch.ops.aten.resize_.default.redispatch(_CPU_KEYSET, self, size,
+                                              memory_format=memory_format)
+    return self
+
+
+def _wrap(op, fn):
+    """A hand-written kernel that still goes through the policy (routing, rules)."""
+    def kernel(*args, **kwargs):
+        info = _ops.get(op) or op_info(op)
+        if policy is not None:
+            policy(info, args, kwargs)
+        return fn(*args, **kwargs)
+    return kernel
+
+
+def _convolution(input, weight, bias, stride, padding, dilation, transposed,
+                 output_padding, groups):
+    return run_on_cpu(torch.ops.aten.convolution.default,
+                      (input, weight, bias, stride, padding, dilation, transposed,
+                       output_padding, groups), {})
+
+
+def _convolution_backward(grad_output, input, weight, stride, padding, dilation,
+                          transposed, output_padding, groups, output_mask):
+    bias_sizes = [weight.shape[1] * groups if transposed else weight.shape[0]]
+    return run_on_cpu(torch.ops.aten.convolution_backward.default,
+                      (grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                       transposed, output_padding, groups, output_mask), {})
+
+
+_HAND_WRITTEN = {
+    "_copy_from": _copy_from,
+    "_copy_from_and_resize": _copy_from_and_resize,
+    "resize_": _resize_,
+    "convolution_overrideable": _convolution,
+    "convolution_backward_overrideable": _convolution_backward,
+}
+
+
+class _DeviceModule:
+    """``torch.privateuseone``: what torch asks of a device module (one device)."""
+
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork():
+        return False
+
+    @staticmethod
+    def device_count():
+        return 1
+
+    @staticmethod
+    def current_device():
+        return 0
+
+    @staticmethod
+    def synchronize(device=None):
+        pass
+
+    @staticmethod
+    def manual_seed_all(seed):
+        # Random ops run on the CPU default generator, which torch.manual_seed
+        # already seeds; torch_directml does the same (failure_modes.md #35).
+        pass
+
+    @staticmethod
+    def device(device):
+        # Used by torch.load(map_location=dev) and Storage.to(dev); one device.
+        return contextlib.nullcontext()
+
+
+def _patch_untyped_storage():
+    # There is no Python-registrable allocator: torch.UntypedStorage(n, device=dev)
+    # would dereference a null PrivateUse1 allocator and crash the process.
+    # torch.load(map_location=dev) goes through here.
+    original = torch.UntypedStorage.__new__
+
+    def __new__(cls, *args, device=None, **kwargs):
+        if device is None or torch.device(device).type != DEVICE_TYPE:
+            extra = {} if device is None else {"device": device}
+            return original(cls, *args, **extra, **kwargs)
+        if args and not isinstance(args[0], int):  # from a sequence of bytes
+            return original(cls, *args, **kwargs).to(device=torch.device(device))
+        nbytes = args[0] if args else 0
+        return torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
+
+    torch.UntypedStorage.__new__ = __new__
+
+
+def register():
+    """Make ``privateuseone`` a Python backend and register the kernels (once)."""
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    # The same-name rename is required: without it backward() fails with
+    # "Cannot access accelerator device".
+    _setup_privateuseone_for_python_backend(rename=DEVICE_TYPE, backend_module=_DeviceModule())
+    _patch_untyped_storage()
+    fallback_lib = torch.library.Library("_", "IMPL")
+    fallback_lib.fallback(_fallback, dispatch_key="PrivateUse1")
+    aten_lib = torch.library.Library("aten", "IMPL")
+    _libraries.extend([fallback_lib, aten_lib])
+    for name, fn in _HAND_WRITTEN.items():
+        op = getattr(torch.ops.aten, name).default
+        _direct.add(op)
+        aten_lib.impl(name, _wrap(op, fn), "PrivateUse1")

@@ -1,0 +1,49 @@
+"""Shared fixtures: every test gets its DirectML device from ``dml_device``.
+
+``DMLSHIM_TEST_DEVICE=directml`` runs the suite on a real torch-directml
+device when one is present; otherwise the emulated device is installed
+(``dmlshim.emulation``). Tests that rely on emulator-injected behaviour
+(custom rules, ``configure``) carry ``@pytest.mark.emulated_only`` and are
+skipped on a real device. Other helpers add fixtures here by appending only.
+"""
+import os
+
+import pytest
+import torch
+
+
+def _real_directml_device():
+    if os.environ.get("DMLSHIM_TEST_DEVICE", "").lower() != "directml":
+        return None
+    try:
+        import torch_directml
+    except ImportError:
+        return None
+    return torch_directml.device() if torch_directml.device_count() else None
+
+
+_REAL = _real_directml_device()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "emulated_only: needs the emulated DirectML device (skipped on a real one)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _REAL is None:
+        return
+    skip = pytest.mark.skip(reason="emulator-only behaviour; running on a real DirectML device")
+    for item in items:
+        if "emulated_only" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def dml_device() -> torch.device:
+    """The DirectML device: real torch-directml if requested and present, else emulated."""
+    if _REAL is not None:
+        return _REAL
+    from dmlshim import emulation
+
+    return emulation.install()
