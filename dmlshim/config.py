@@ -1,0 +1,96 @@
+"""Configuration read from the environment when ``activate()`` runs.
+
+Never at import time and never written back: a user can change the environment
+between two ``activate()`` calls.  A bad value raises ``ValueError`` naming the
+variable and the allowed values.
+
+Variables
+---------
+``DMLSHIM_TRACE``     ``0`` (default) | ``1`` (one log line per intercepted call on
+                      logger ``dmlshim``) | a file path (JSON Lines, appended).
+``DMLSHIM_FALLBACK``  ``auto`` (default) | ``known`` | ``off``.
+``DMLSHIM_DEVICE``    ``auto`` (default) | ``directml`` | ``cuda`` | ``xpu`` | ``mps`` |
+                      ``cpu`` (optionally with an index, ``cuda:1``).
+                      ``INFERENCE_DEVICE`` is honoured as an alias.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional, Union
+
+FALLBACK_MODES = ("auto", "known", "off")
+DEVICE_KINDS = ("auto", "directml", "dml", "privateuseone", "cuda", "xpu", "mps", "cpu")
+DEFAULT_TARGET = "privateuseone"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The settings of one ``activate()`` call.
+
+    ``trace`` is ``None`` (off), ``"log"`` (logger ``dmlshim``) or a file path.
+    """
+
+    target: str = DEFAULT_TARGET
+    trace: Optional[str] = None
+    fallback: str = "auto"
+    device: str = "auto"
+
+
+def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = "trace") -> Optional[str]:
+    """``0``/``False``/``""`` -> None, ``1``/``True`` -> ``"log"``, anything else -> a path."""
+    if value is None or value is False or value == 0 or str(value).strip() in ("", "0"):
+        return None
+    if value is True or value == 1 or str(value).strip() == "1":
+        return "log"
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name}={value!r}: allowed values are 0, 1 or a file path")
+    path = os.fspath(value)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or os.path.isdir(path):
+        raise ValueError(f"{name}={path!r}: allowed values are 0, 1 or a path to a file in an "
+                         f"existing folder ({folder!r} does not exist or the path is a folder)")
+    return path
+
+
+def parse_fallback(value: str, *, name: str = "fallback") -> str:
+    mode = str(value).strip().lower()
+    if mode not in FALLBACK_MODES:
+        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(FALLBACK_MODES)}")
+    return mode
+
+
+def parse_device(value: str, *, name: str = "DMLSHIM_DEVICE") -> str:
+    """Validate a device request such as ``auto``, ``directml``, ``cuda:1``."""
+    text = str(value).strip().lower()
+    kind, _, index = text.partition(":")
+    if kind not in DEVICE_KINDS or (index and (not index.isdigit() or kind == "auto")):
+        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(DEVICE_KINDS)}, "
+                         "optionally with an index (cuda:1)")
+    return text
+
+
+def device_from_env(environ: Mapping[str, str] = os.environ) -> str:
+    """``DMLSHIM_DEVICE``, else its alias ``INFERENCE_DEVICE``, else ``auto``."""
+    for name in ("DMLSHIM_DEVICE", "INFERENCE_DEVICE"):
+        if environ.get(name, "").strip():
+            return parse_device(environ[name], name=name)
+    return "auto"
+
+
+def from_env(target: Optional[str] = None, *, trace=None, fallback: Optional[str] = None,
+             environ: Mapping[str, str] = os.environ) -> Config:
+    """Build the ``Config`` of an ``activate()`` call: arguments win over the environment."""
+    target = DEFAULT_TARGET if target is None else str(target)
+    if not target or target == "cpu" or ":" in target:
+        raise ValueError(f"target={target!r}: allowed values are accelerator device types "
+                         "such as 'privateuseone' (DirectML) or 'cuda', without an index")
+    if trace is None:
+        trace = parse_trace(environ.get("DMLSHIM_TRACE", "0"), name="DMLSHIM_TRACE")
+    else:
+        trace = parse_trace(trace)
+    if fallback is None:
+        fallback = parse_fallback(environ.get("DMLSHIM_FALLBACK", "auto") or "auto", name="DMLSHIM_FALLBACK")
+    else:
+        fallback = parse_fallback(fallback)
+    return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ))

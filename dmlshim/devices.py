@@ -1,0 +1,141 @@
+"""Device selection and device facts.
+
+``select_device()`` picks CUDA > DirectML > XPU > MPS > CPU, unless ``DMLSHIM_DEVICE``
+(alias ``INFERENCE_DEVICE``) forces one.  torch-directml is optional: without it
+DirectML simply counts as unavailable.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import config
+
+ORDER = ("cuda", "directml", "xpu", "mps", "cpu")
+
+
+def _torch_directml() -> Optional[Any]:
+    """The ``torch_directml`` module, or None when it is not installed or fails to load
+    (its Linux wheel raises at import outside WSL2: failure_modes.md #38)."""
+    if "torch_directml" in sys.modules:
+        return sys.modules["torch_directml"]
+    try:
+        return importlib.import_module("torch_directml")
+    except Exception:
+        return None
+
+
+def available(kind: str) -> bool:
+    """Is a device of ``kind`` (``cuda``, ``directml``, ``xpu``, ``mps``, ``cpu``) usable?"""
+    if kind == "cpu":
+        return True
+    if kind == "cuda":
+        return torch.cuda.is_available()
+    if kind == "directml":
+        dml = _torch_directml()
+        try:
+            return dml is not None and dml.is_available() and dml.device_count() > 0
+        except Exception:
+            return False
+    if kind == "xpu":
+        return hasattr(torch, "xpu") and torch.xpu.is_available()
+    if kind == "mps":
+        return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
+    raise ValueError(f"unknown device kind {kind!r}: allowed values are {', '.join(ORDER)}")
+
+
+def _make(kind: str, index: Optional[int]) -> torch.device:
+    if kind == "directml":
+        return _torch_directml().device(index or 0)
+    return torch.device(kind if index is None else f"{kind}:{index}")
+
+
+def select_device(request: Optional[str] = None) -> torch.device:
+    """The best available device, as a ``torch.device``.
+
+    ``request`` (default: ``DMLSHIM_DEVICE``, then ``INFERENCE_DEVICE``, then
+    ``"auto"``) is ``auto`` or one of ``directml`` (aliases ``dml``,
+    ``privateuseone``), ``cuda``, ``xpu``, ``mps``, ``cpu``, optionally with an index
+    (``cuda:1``).
+
+    Raises:
+        ValueError: unknown value, or the requested device is not available here.
+    """
+    text = config.device_from_env() if request is None else config.parse_device(request, name="device")
+    kind, _, index = text.partition(":")
+    kind = "directml" if kind in ("dml", "privateuseone") else kind
+    if kind == "auto":
+        kind = next(k for k in ORDER if available(k))
+        return _make(kind, None)
+    if not available(kind):
+        found = [k for k in ORDER if available(k)]
+        raise ValueError(f"device {text!r} was requested (DMLSHIM_DEVICE / INFERENCE_DEVICE) but is "
+                         f"not available here; available: {', '.join(found)}")
+    return _make(kind, int(index) if index else None)
+
+
+def has_float64_support(device: Any = None) -> bool:
+    """Can ``device`` do float64 math?
+
+    torch-directml's ``has_float64_support()`` when it is loaded; else the emulated
+    device's setting when ``dmlshim.emulation`` is installed; else True.  Most
+    consumer GPUs under DirectML have no float64 (DirectML#430, #396, #438, #699;
+    failure_modes.md #7).  Devices that are not DirectML always answer True.
+    """
+    if device is not None and torch.device(device).type != "privateuseone":
+        return True
+    dml = sys.modules.get("torch_directml")
+    if dml is not None and hasattr(dml, "has_float64_support"):
+        try:
+            index = torch.device(device).index if device is not None else None
+            return bool(dml.has_float64_support(index or 0))
+        except TypeError:
+            return bool(dml.has_float64_support())
+        except Exception:
+            pass
+    emulation = sys.modules.get("dmlshim.emulation")
+    if emulation is not None and emulation.is_installed():
+        return bool(emulation.has_float64_support())
+    return True
+
+
+def directml_adapters() -> List[Dict[str, Any]]:
+    """``[{"index", "name", "float64"}]`` for every DirectML adapter (empty without
+    torch-directml)."""
+    dml = _torch_directml()
+    if dml is None or not available("directml"):
+        return []
+    adapters = []
+    for i in range(dml.device_count()):
+        try:
+            name = dml.device_name(i)
+        except Exception:
+            name = "?"
+        adapters.append({"index": i, "name": name, "float64": has_float64_support(f"privateuseone:{i}")})
+    return adapters
+
+
+def info() -> Dict[str, Any]:
+    """Versions, availability of every backend, DirectML adapters (for ``python -m dmlshim info``)."""
+    dml = _torch_directml()
+    return {
+        "torch": torch.__version__,
+        "torch_directml": getattr(dml, "__version__", None) if dml is not None else None,
+        "available": {k: available(k) for k in ORDER},
+        "directml_adapters": directml_adapters(),
+        "selected": str(select_device()) if _safe_select() else None,
+        "env": {k: os.environ[k] for k in ("DMLSHIM_DEVICE", "INFERENCE_DEVICE", "DMLSHIM_TRACE",
+                                           "DMLSHIM_FALLBACK") if k in os.environ},
+    }
+
+
+def _safe_select() -> bool:
+    try:
+        select_device()
+        return True
+    except ValueError:
+        return False

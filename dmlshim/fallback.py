@@ -1,0 +1,161 @@
+"""The CPU fallback engine and the re-entrancy guard.
+
+``run_on_cpu`` follows PyTorch's own ``at::native::cpu_fallback`` checklist
+(aten/src/ATen/native/CPUFallback.cpp):
+
+1. every tensor argument, nested lists/tuples/dicts included, is copied to the CPU
+   once (a tensor passed twice is copied once);
+2. the results go back to the device of the first tensor argument on the target
+   device type;
+3. arguments the op mutated (in-place ops and ``out=``; detected by their version
+   counter) are written back into the original device tensors, and a result that *is*
+   such an argument comes back as the original object;
+4. dtypes are kept (``dtype_map`` may map a result dtype, e.g. float64 -> float32 for
+   a device without float64);
+5. results that alias a CPU copy (view ops) are refused with a clear error: a view of a
+   temporary copy would silently stop aliasing the device tensor.
+
+Copies use differentiable ``Tensor.to``, so autograd flows back to device tensors.
+All of it runs under ``guard()``, so the shim's own calls are never intercepted again.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+from . import trace
+
+_busy: contextvars.ContextVar = contextvars.ContextVar("dmlshim_busy", default=False)
+
+
+def busy() -> bool:
+    """True inside the shim's own work (per thread / per async task)."""
+    return _busy.get()
+
+
+@contextlib.contextmanager
+def guard():
+    """Calls made inside are never intercepted by dmlshim wrappers."""
+    token = _busy.set(True)
+    try:
+        yield
+    finally:
+        _busy.reset(token)
+
+
+def tree_map(fn: Callable[[Any], Any], obj: Any) -> Any:
+    """Apply ``fn`` to every leaf of nested lists, tuples (named ones too) and dicts."""
+    if isinstance(obj, (list, tuple)):
+        items = [tree_map(fn, x) for x in obj]
+        if type(obj) is list:
+            return items
+        if type(obj) is tuple:
+            return tuple(items)
+        if hasattr(obj, "_fields"):                       # namedtuple, PackedSequence
+            return type(obj)(*items)
+        return type(obj)(items)
+    if isinstance(obj, dict):
+        return type(obj)((k, tree_map(fn, v)) for k, v in obj.items())
+    return fn(obj)
+
+
+def tensors_in(obj: Any):
+    """Yield every tensor in nested lists/tuples/dicts, in order."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from tensors_in(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from tensors_in(x)
+
+
+def device_of(args: Any, kwargs: Optional[dict] = None, target: Optional[str] = None) -> Optional[torch.device]:
+    """Device of the first tensor argument on ``target`` (any non-CPU device when
+    ``target`` is None); None when every tensor is on the CPU."""
+    for t in tensors_in((args, kwargs or {})):
+        if not t.is_cpu and (target is None or t.device.type == target):
+            return t.device
+    return None
+
+
+def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op: str = "",
+               device: Optional[torch.device] = None,
+               dtype_map: Optional[Dict[torch.dtype, torch.dtype]] = None) -> Any:
+    """Call ``func(*args, **kwargs)`` with its tensors on the CPU; return its results
+    on ``device`` (default: the first non-CPU tensor argument's device).
+
+    Bytes copied are added to the current call's stats (``trace.moved``).
+
+    Raises:
+        RuntimeError: the op returned a view of a CPU copy (see module docstring).
+    """
+    kwargs = kwargs or {}
+    if device is None:
+        device = device_of(args, kwargs)
+    copies: Dict[int, tuple] = {}          # id(original) -> (original, cpu copy, version)
+    on_cpu = set()                         # ids of arguments that were CPU tensors already
+    h2d = d2h = 0
+
+    def to_cpu(x):
+        nonlocal d2h
+        if not isinstance(x, torch.Tensor):
+            return x
+        if x.is_cpu:
+            on_cpu.add(id(x))
+            return x
+        hit = copies.get(id(x))
+        if hit is None:
+            cpu = x.to("cpu")
+            d2h += trace.nbytes(x)
+            hit = copies[id(x)] = (x, cpu, cpu._version)
+        return hit[1]
+
+    with guard():
+        cpu_args = tree_map(to_cpu, args)
+        cpu_kwargs = tree_map(to_cpu, kwargs)
+        out = func(*cpu_args, **cpu_kwargs)
+
+        written = {}                           # id(cpu copy) -> original device tensor
+        for orig, cpu, version in copies.values():
+            if cpu._version != version:        # mutated in place or as out=
+                if orig.shape != cpu.shape:
+                    orig.resize_(cpu.shape)
+                orig.copy_(cpu)
+                h2d += trace.nbytes(cpu)
+                written[id(cpu)] = orig
+        copied_storages = {_storage_ptr(cpu) for _, cpu, _ in copies.values()}
+
+        def back(x):
+            nonlocal h2d
+            if not isinstance(x, torch.Tensor):
+                return x
+            if id(x) in written:
+                return written[id(x)]
+            if id(x) in on_cpu:                # a CPU argument returned as is stays put
+                return x
+            if x.numel() and _storage_ptr(x) in copied_storages:
+                raise RuntimeError(
+                    f"dmlshim: cannot run the view op {op or getattr(func, '__name__', func)} on the "
+                    "CPU: its result would alias a temporary CPU copy instead of the device tensor. "
+                    "Call it on a .contiguous() clone, or on CPU tensors.")
+            if device is None or not x.is_cpu:
+                return x
+            dtype = dtype_map.get(x.dtype) if dtype_map else None
+            h2d += trace.nbytes(x) if dtype is None else x.numel() * torch.empty((), dtype=dtype).element_size()
+            return x.to(device) if dtype is None else x.to(device=device, dtype=dtype)
+
+        result = tree_map(back, out)
+    trace.moved(h2d=h2d, d2h=d2h)
+    return result
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return -1

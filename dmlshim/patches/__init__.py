@@ -1,0 +1,95 @@
+"""The registry of patch modules.
+
+Each patch module ``dmlshim/patches/<name>.py`` fixes one concern and exports::
+
+    def install(ctx: Context) -> None     # wrap what it needs (see _wrap.PatchSet)
+    def uninstall() -> None               # undo exactly that
+
+and is declared once in ``REGISTRY`` below.  Patches for third-party libraries list
+the modules they patch in ``imports``: they are imported and installed only when the
+first of those modules is imported (wrapt post-import hooks), so the order of
+``import funasr`` and ``dmlshim.activate()`` does not matter.  A patch module must not
+import its third-party library at its own top level.
+
+To add one: write ``dmlshim/patches/<name>.py`` with ``install``/``uninstall`` (use
+``PatchSet.intercept`` for "act only on target-device calls", ``PatchSet.wrap`` for a
+raw wrapt wrapper; owners may be module names, wrapped lazily), then append
+``Patch("<name>", "<what it fixes + DirectML source>", imports=(...))`` to REGISTRY.
+"""
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Tuple
+
+from ._wrap import Context, PatchSet, original, when_imported  # noqa: F401  (the helper API)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One registry entry.
+
+    ``name``: module ``dmlshim.patches.<name>``.  ``doc``: what it fixes and the source
+    of the DirectML fact.  ``imports``: third-party modules that trigger a lazy install
+    (empty = install at ``activate()``).  ``modes``: the ``fallback`` modes it is
+    installed in (``"off"`` keeps only tracing, so fixes are not installed there).
+    """
+
+    name: str
+    doc: str
+    imports: Tuple[str, ...] = ()
+    modes: Tuple[str, ...] = ("auto", "known")
+
+
+REGISTRY: Tuple[Patch, ...] = (
+    Patch("mul", "float x bool returns bool on DirectML: cast the bool operand first "
+                 "(DirectML#686, #737; failure_modes.md #17)"),
+    Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
+                 "#19, #20; DirectML PR#527): drop empties on the device, else CPU"),
+)
+
+_lock = threading.RLock()
+_installed: Dict[str, object] = {}          # name -> imported patch module
+_cancels: List[Callable[[], None]] = []
+
+
+def _install(patch: Patch, ctx: Context) -> None:
+    with _lock:
+        if patch.name in _installed or not ctx.active:
+            return
+        module = importlib.import_module(f"{__name__}.{patch.name}")
+        module.install(ctx)
+        _installed[patch.name] = module
+
+
+def install_all(ctx: Context) -> None:
+    """Install every registered patch for ``ctx.fallback`` (lazy ones on import)."""
+    for patch in REGISTRY:
+        if ctx.fallback not in patch.modes:
+            continue
+        if not patch.imports:
+            _install(patch, ctx)
+            continue
+        for module_name in patch.imports:        # the first import installs; later ones no-op
+            _cancels.append(when_imported(module_name, lambda mod, p=patch: _install(p, ctx)))
+
+
+def uninstall_all() -> None:
+    """Uninstall in reverse order; cancel lazy installs still waiting for an import."""
+    with _lock:
+        for cancel in _cancels:
+            cancel()
+        _cancels.clear()
+        for name in reversed(list(_installed)):
+            try:
+                _installed.pop(name).uninstall()
+            except Exception as exc:             # one broken patch must not block the rest
+                warnings.warn(f"dmlshim: uninstalling patch {name!r} failed: {exc!r}", RuntimeWarning)
+
+
+def installed() -> List[str]:
+    """Names of the patch modules installed now."""
+    with _lock:
+        return list(_installed)

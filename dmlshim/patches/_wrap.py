@@ -1,0 +1,218 @@
+"""The wrapping helper every patch module uses.
+
+* ``PatchSet`` remembers what one patch module wrapped, so its ``uninstall()`` undoes
+  exactly that.  Wrappers are ``wrapt.FunctionWrapper`` objects.
+* Originals are saved once per attribute, **first save wins** (gevent
+  ``monkey/_state.py``): ``original(owner, name)`` is the pristine object even when
+  wrappers are stacked.
+* Restoring touches an attribute only while it still holds our wrapper; if someone
+  replaced it after us we warn and leave theirs (OpenTelemetry's ``unwrap`` shows the
+  hazard of blindly stripping the outermost wrapper).  Our wrapper left inside theirs
+  goes transparent, because it checks ``ctx.active``.
+* An owner given as a module name (``"funasr.models.sanm.attention"``) is wrapped when
+  that module is imported (wrapt post-import hooks), so import order does not matter.
+  wrapt's hooks cannot be unregistered, so one dispatcher per module name is
+  registered once per process and consults the cancellable callbacks in ``_waiting``.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import wrapt
+
+from .. import fallback, trace
+
+_lock = threading.RLock()
+_originals: Dict[Tuple[int, str], Any] = {}        # (id(owner), name) -> pristine object
+_owners: Dict[int, Any] = {}                        # keeps owners alive while keys use id()
+_waiting: Dict[str, List[Callable[[Any], None]]] = {}   # module name -> callbacks
+_hooked: set = set()
+
+
+@dataclass
+class Context:
+    """What a patch module needs at install time (see ``dmlshim.activate``).
+
+    ``target``: device type the patches act on (``"privateuseone"`` = DirectML).
+    ``fallback``: ``"auto" | "known" | "off"``.  ``active`` goes False at deactivate,
+    which makes any wrapper we could not remove transparent.
+    """
+
+    target: str = "privateuseone"
+    fallback: str = "auto"
+    active: bool = True
+
+    def on_target(self, x: Any) -> bool:
+        """Is ``x`` a tensor on the target device?  (``is_cpu`` first: 5x cheaper.)"""
+        return isinstance(x, torch.Tensor) and not x.is_cpu and x.device.type == self.target
+
+
+def original(owner: Any, name: str) -> Any:
+    """``owner.name`` as it was before dmlshim wrapped it (its current value if never)."""
+    owner = _resolve_owner(owner)
+    with _lock:
+        if (id(owner), name) in _originals:
+            return _originals[(id(owner), name)]
+    return getattr(owner, name)
+
+
+def when_imported(module: str, callback: Callable[[Any], None]) -> Callable[[], None]:
+    """Call ``callback(module_object)`` once ``module`` is imported (now if it already
+    is).  Returns a function that cancels the callback if it has not run yet."""
+    with _lock:
+        _waiting.setdefault(module, []).append(callback)
+        first = module not in _hooked
+        _hooked.add(module)
+    if first:
+        wrapt.register_post_import_hook(_dispatch, module)   # fires now if imported
+    elif module in sys.modules:
+        _dispatch(sys.modules[module])
+
+    def cancel() -> None:
+        with _lock:
+            if callback in _waiting.get(module, ()):
+                _waiting[module].remove(callback)
+    return cancel
+
+
+def _dispatch(mod: Any) -> None:
+    with _lock:
+        callbacks = _waiting.pop(mod.__name__, [])
+    for callback in callbacks:
+        callback(mod)
+
+
+def _resolve_owner(owner: Any) -> Any:
+    return sys.modules[owner] if isinstance(owner, str) else owner
+
+
+class PatchSet:
+    """The wrappers one patch module installed.
+
+    >>> _patches = PatchSet(__name__)
+    >>> def install(ctx):
+    ...     _patches.intercept(ctx, torch, "cat", _cat)
+    >>> def uninstall():
+    ...     _patches.restore()
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._applied: List[tuple] = []     # (owner, attr, wrapper, replaced, had_own)
+        self._cancels: List[Callable[[], None]] = []
+
+    # ---------------------------------------------------------------- low level
+    def wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
+        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(current, wrapper)``.
+
+        ``wrapper(wrapped, instance, args, kwargs)`` is wrapt's signature.  ``owner``
+        may be a module name: the wrap then happens when that module is imported.
+        ``name`` may be dotted (``"Class.method"``).
+        """
+        self._wrap(owner, name, lambda replaced: wrapper)
+
+    def _wrap(self, owner: Any, name: str, make_wrapper: Callable[[Any], Callable]) -> None:
+        if isinstance(owner, str) and owner not in sys.modules:
+            self._cancels.append(when_imported(owner, lambda mod: self._wrap(mod, name, make_wrapper)))
+            return
+        parent, attr, _ = wrapt.resolve_path(_resolve_owner(owner), name)
+        with _lock:
+            if any(p is parent and a == attr for p, a, *_ in self._applied):
+                return                      # this patch set already wrapped it
+            had_own = attr in getattr(parent, "__dict__", {})
+            replaced = parent.__dict__[attr] if had_own else getattr(parent, attr)
+            key = (id(parent), attr)
+            if key not in _originals:       # first save wins
+                _originals[key] = getattr(parent, attr)
+                _owners[id(parent)] = parent
+            proxy = wrapt.FunctionWrapper(replaced, make_wrapper(replaced))
+            setattr(parent, attr, proxy)
+            self._applied.append((parent, attr, proxy, replaced, had_own))
+
+    def intercept(self, ctx: Context, owner: Any, name: str,
+                  handler: Callable[[Callable, tuple, dict], Tuple[str, Any]], *,
+                  op: Optional[str] = None, select: Optional[Callable[[tuple, dict], bool]] = None) -> None:
+        """Wrap ``owner.name`` so that calls touching ``ctx.target`` tensors go to
+        ``handler(func, args, kwargs) -> (action, result)``; all other calls run the
+        original at once (fast path).
+
+        ``func`` is the original callable, unbound: for methods ``args[0]`` is ``self``
+        (so a handler may replace it).  ``select(args, kwargs)`` decides whether a call
+        concerns the target; the default looks at positional tensors and lists of
+        tensors.  ``op`` names the call in stats and traces (default ``"torch.cat"``,
+        ``"Tensor.mul_"``, ``"F.conv1d"`` ...).
+        """
+        if op is None:
+            base = owner if isinstance(owner, str) else getattr(owner, "__name__", "?")
+            op = f"{base}.{name}".replace("torch.nn.functional.", "F.")
+        if select is None:
+            select = _select_positional(ctx)
+
+        def make_wrapper(replaced):
+            def wrapper(wrapped, instance, args, kwargs):
+                if is_method and instance is not None:
+                    args = (instance, *args)
+                    func = replaced
+                else:
+                    func = wrapped
+                if not ctx.active or not select(args, kwargs) or fallback.busy():
+                    return func(*args, **kwargs)
+                return trace.call(op, handler, func, args, kwargs)
+            return wrapper
+
+        resolved = None if isinstance(owner, str) and owner not in sys.modules else _resolve_owner(owner)
+        is_method = "." in name or isinstance(resolved, type)
+        self._wrap(owner, name, make_wrapper)
+
+    # ---------------------------------------------------------------- undo
+    def restore(self) -> None:
+        """Undo this set's wrappers (newest first) and cancel pending lazy wraps."""
+        for cancel in self._cancels:
+            cancel()
+        self._cancels.clear()
+        with _lock:
+            applied, self._applied = self._applied, []
+        for parent, attr, proxy, replaced, had_own in reversed(applied):
+            current = parent.__dict__.get(attr) if hasattr(parent, "__dict__") else getattr(parent, attr, None)
+            if current is not proxy:
+                warnings.warn(f"dmlshim: {_name(parent)}.{attr} was replaced after dmlshim wrapped it; "
+                              "leaving the new value in place (dmlshim's wrapper inside it is now inactive)",
+                              RuntimeWarning, stacklevel=3)
+                continue
+            if had_own:
+                setattr(parent, attr, replaced)
+            else:
+                delattr(parent, attr)       # the attribute was inherited: uncover it again
+
+    @property
+    def wrapped(self) -> List[str]:
+        """``"owner.attr"`` of every wrapper currently applied by this set."""
+        return [f"{_name(p)}.{a}" for p, a, *_ in self._applied]
+
+
+def _name(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+
+
+def _select_positional(ctx: Context) -> Callable[[tuple, dict], bool]:
+    """Default fast-path test: any positional tensor (or tensor in a positional list /
+    tuple) on the target device."""
+    target = ctx.target
+    Tensor = torch.Tensor
+
+    def select(args, kwargs):
+        for a in args:
+            if isinstance(a, Tensor):
+                if not a.is_cpu and a.device.type == target:
+                    return True
+            elif isinstance(a, (list, tuple)):
+                for t in a:
+                    if isinstance(t, Tensor) and not t.is_cpu and t.device.type == target:
+                        return True
+        return False
+    return select

@@ -1,0 +1,86 @@
+"""float x bool multiplication returns **bool** on DirectML (silent wrong result).
+
+DirectML#686, #737 (torch-directml 0.2.5 / torch 2.4.1; failure_modes.md #17): on
+``privateuseone``, ``float_t * bool_t``, ``float_t *= bool_t`` and ``.mul_()`` give a
+bool tensor: the float values are lost.  This is the root cause of FunASR's SANM
+"conv1d got a bool input" (``inputs = inputs * mask``).
+
+Fix, on the device and without a transfer: cast the bool operand to the dtype the
+CPU would compute in (``torch.result_type``; for in-place ops the dtype of ``self``)
+before calling the original.  Casting 0/1 is exact, so results equal the CPU's.
+
+failure_modes.md and the routing table document this promotion bug for ``mul`` only
+(other binary ops: no report), so only the ``mul`` entry points are wrapped;
+``_ENTRY_POINTS`` is the one place to extend.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._wrap import Context, PatchSet
+
+_patches = PatchSet(__name__)
+
+# (owner, attribute, in-place?)
+_ENTRY_POINTS = (
+    (torch, "mul", False), (torch, "multiply", False),
+    (torch.Tensor, "mul", False), (torch.Tensor, "multiply", False),
+    (torch.Tensor, "__mul__", False), (torch.Tensor, "__rmul__", False),
+    (torch.Tensor, "mul_", True), (torch.Tensor, "multiply_", True), (torch.Tensor, "__imul__", True),
+)
+
+
+def _operands(args, kwargs):
+    a = args[0] if args else kwargs.get("input", kwargs.get("self"))
+    b = args[1] if len(args) > 1 else kwargs.get("other")
+    return a, b
+
+
+def _is_bool(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype is torch.bool
+
+
+def coerce_bool_operands(args, kwargs, inplace: bool):
+    """Return ``(args, kwargs)`` with bool tensor operands cast to the computation
+    dtype, or None when nothing needs casting (no bool operand, both bool, or an
+    in-place op on a bool ``self`` whose result is bool anyway)."""
+    a, b = _operands(args, kwargs)
+    a_bool, b_bool = _is_bool(a), _is_bool(b)
+    if a_bool == b_bool or (inplace and a_bool):
+        return None
+    dtype = a.dtype if inplace else torch.result_type(a, b)
+    if dtype is torch.bool:
+        return None
+    if a_bool:
+        a = a.to(dtype)
+    else:
+        b = b.to(dtype)
+    args = (a, b, *args[2:]) if len(args) >= 2 else args
+    if len(args) < 2:                       # operands passed by keyword
+        kwargs = dict(kwargs)
+        if "other" in kwargs:
+            kwargs["other"] = b
+        if len(args) == 1:
+            args = (a,)
+        else:
+            kwargs["input" if "input" in kwargs else "self"] = a
+    return args, kwargs
+
+
+def _handler(inplace: bool):
+    def handle(func, args, kwargs):
+        fixed = coerce_bool_operands(args, kwargs, inplace)
+        if fixed is None:
+            return "pass", func(*args, **kwargs)
+        return "coerce", func(*fixed[0], **fixed[1])
+    return handle
+
+
+def install(ctx: Context) -> None:
+    for owner, name, inplace in _ENTRY_POINTS:
+        op = f"{'torch' if owner is torch else 'Tensor'}.{name}"
+        _patches.intercept(ctx, owner, name, _handler(inplace), op=op)
+
+
+def uninstall() -> None:
+    _patches.restore()

@@ -1,0 +1,259 @@
+"""Per-op statistics and the trace of intercepted calls.
+
+Every call that a dmlshim wrapper handles (i.e. that touches a tensor on the target
+device) is counted under its op name (the patched entry point, e.g. ``torch.cat`` or
+``Tensor.__mul__``) with the action taken:
+
+``pass``        nothing needed; the original ran on the device
+``coerce``      arguments were fixed on the device (e.g. a bool mask cast to float)
+``drop-empty``  empty inputs were dropped on the device (no transfer)
+``cpu``         ran on the CPU and the results came back (bytes are counted)
+``error``       the call raised
+
+Tracing (``DMLSHIM_TRACE``) adds one record per call: on logger ``dmlshim`` at INFO
+level, or as one JSON object per line in a file.  Records hold op, action, input
+shapes, dtypes and devices, microseconds and bytes moved; never tensor values.
+"""
+from __future__ import annotations
+
+import atexit
+import contextvars
+import json
+import logging
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+logger = logging.getLogger("dmlshim")
+
+ACTIONS = ("pass", "coerce", "drop-empty", "cpu", "error")
+
+
+@dataclass
+class OpStats:
+    """Totals for one op.  ``seconds`` is wall time inside the wrapper; bytes are
+    host->device (``h2d``) and device->host (``d2h``) copies made by the shim."""
+
+    calls: int = 0
+    actions: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+    h2d: int = 0
+    d2h: int = 0
+
+
+_lock = threading.Lock()
+_stats: Dict[str, OpStats] = {}
+_caches: Dict[str, Callable[[], "tuple[int, int]"]] = {}   # name -> () -> (tensors, bytes)
+_current: contextvars.ContextVar = contextvars.ContextVar("dmlshim_call_bytes", default=None)
+_sink: Optional[Callable[[dict], None]] = None
+_sink_close: Optional[Callable[[], None]] = None
+_own_handler: Optional[logging.Handler] = None
+_atexit_registered = False
+
+
+# --------------------------------------------------------------------------- recording
+
+def moved(h2d: int = 0, d2h: int = 0) -> None:
+    """Add bytes copied host->device / device->host to the call being handled."""
+    counters = _current.get()
+    if counters is not None:
+        counters[0] += h2d
+        counters[1] += d2h
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def call(op: str, handler, func, args, kwargs):
+    """Run ``handler(func, args, kwargs) -> (action, result)``, count it, trace it."""
+    counters = [0, 0]
+    token = _current.set(counters)
+    start = time.perf_counter()
+    action = "error"
+    try:
+        action, result = handler(func, args, kwargs)
+        return result
+    finally:
+        seconds = time.perf_counter() - start
+        _current.reset(token)
+        record(op, action, seconds, counters[0], counters[1], args, kwargs)
+
+
+def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, args=(), kwargs=None) -> None:
+    """Count one handled call of ``op`` (and trace it when tracing is on)."""
+    with _lock:
+        stats = _stats.get(op)
+        if stats is None:
+            stats = _stats[op] = OpStats()
+        stats.calls += 1
+        stats.actions[action] += 1
+        stats.seconds += seconds
+        stats.h2d += h2d
+        stats.d2h += d2h
+    sink = _sink
+    if sink is not None:
+        sink({"op": op, "action": action, "inputs": describe(args, kwargs),
+              "us": round(seconds * 1e6, 1), "h2d": h2d, "d2h": d2h})
+
+
+def describe(args, kwargs=None) -> List[dict]:
+    """Shape, dtype and device of every tensor in ``args``/``kwargs`` (nested lists
+    included), in order.  Never values."""
+    found: List[dict] = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            found.append({"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
+                          "device": str(x.device)})
+        elif isinstance(x, (list, tuple)):
+            for item in x:
+                walk(item)
+        elif isinstance(x, dict):
+            for item in x.values():
+                walk(item)
+
+    walk(args)
+    if kwargs:
+        walk(kwargs)
+    return found
+
+
+def register_cache(name: str, sizer: Callable[[], "tuple[int, int]"]) -> None:
+    """Show a shim-owned cache in ``report()``: ``sizer() -> (tensors, bytes)``."""
+    _caches[name] = sizer
+
+
+# --------------------------------------------------------------------------- report
+
+class Report:
+    """Snapshot of the per-op stats.  ``str(report)`` is a table; ``rows`` and
+    ``caches`` hold the same numbers for programs (seconds, bytes)."""
+
+    def __init__(self, rows: List[dict], caches: Dict[str, dict]):
+        self.rows = rows
+        self.caches = caches
+
+    def to_dict(self) -> dict:
+        return {"ops": self.rows, "caches": self.caches}
+
+    def __str__(self) -> str:
+        head = ("op", "calls", "actions", "ms", "host->dev", "dev->host")
+        body = [(r["op"], str(r["calls"]),
+                 " ".join(f"{k}={v}" for k, v in r["actions"].items()),
+                 f"{r['seconds'] * 1e3:.2f}", _human(r["h2d"]), _human(r["d2h"]))
+                for r in self.rows]
+        widths = [max(len(x) for x in col) for col in zip(head, *body)]
+        lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip()
+                 for line in (head, *body)]
+        if not self.rows:
+            lines.append("(no intercepted calls on the target device)")
+        for name, c in self.caches.items():
+            lines.append(f"cache {name}: {c['tensors']} tensors, {_human(c['bytes'])}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def report() -> Report:
+    """Per-op rows (most time first): op, calls, actions, seconds, h2d/d2h bytes."""
+    with _lock:
+        rows = [{"op": op, "calls": s.calls, "actions": dict(s.actions), "seconds": s.seconds,
+                 "h2d": s.h2d, "d2h": s.d2h} for op, s in _stats.items()]
+    rows.sort(key=lambda r: r["seconds"], reverse=True)
+    caches = {}
+    for name, sizer in list(_caches.items()):
+        tensors, size = sizer()
+        caches[name] = {"tensors": tensors, "bytes": size}
+    return Report(rows, caches)
+
+
+def reset() -> None:
+    """Forget all per-op stats."""
+    with _lock:
+        _stats.clear()
+
+
+# --------------------------------------------------------------------------- tracing
+
+def start(trace: Optional[str]) -> None:
+    """Send records to logger ``dmlshim`` (``trace="log"``) or a JSON Lines file."""
+    global _sink, _sink_close, _own_handler, _atexit_registered
+    stop()
+    if trace is None:
+        return
+    if trace == "log":
+        if not logger.hasHandlers():       # the user asked for output: make sure it shows
+            _own_handler = logging.StreamHandler(sys.stderr)
+            _own_handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+            logger.addHandler(_own_handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        _sink = _log_line
+    else:
+        stream = open(trace, "a", encoding="utf-8")
+        lock = threading.Lock()
+
+        def write(rec: dict) -> None:
+            line = json.dumps(dict(rec, ts=round(time.time(), 6)))
+            with lock:
+                stream.write(line + "\n")
+
+        _sink, _sink_close = write, stream.close
+    if not _atexit_registered:
+        atexit.register(_summary_at_exit)
+        _atexit_registered = True
+
+
+def stop() -> None:
+    """Stop tracing (stats keep counting)."""
+    global _sink, _sink_close, _own_handler
+    close, _sink, _sink_close = _sink_close, None, None
+    if close is not None:
+        close()
+    if _own_handler is not None:
+        logger.removeHandler(_own_handler)
+        _own_handler = None
+
+
+def tracing() -> bool:
+    return _sink is not None
+
+
+def _log_line(rec: dict) -> None:
+    shapes = ", ".join(f"{_dtype_short(i['dtype'])}{i['shape']}@{i['device']}" for i in rec["inputs"])
+    moved_ = f" h2d={rec['h2d']}B d2h={rec['d2h']}B" if rec["h2d"] or rec["d2h"] else ""
+    logger.info("%s %s [%s] %.1fus%s", rec["op"], rec["action"], shapes, rec["us"], moved_)
+
+
+_SHORT = {"float32": "f32", "float16": "f16", "float64": "f64", "bfloat16": "bf16", "bool": "b8",
+          "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8"}
+
+
+def _dtype_short(name: str) -> str:
+    return _SHORT.get(name, name)
+
+
+def _summary_at_exit() -> None:
+    if _sink is None:
+        return
+    text = str(report())
+    if _sink is _log_line:
+        logger.info("summary\n%s", text)
+    else:
+        _sink({"summary": report().to_dict()})
+        sys.stderr.write(f"dmlshim summary\n{text}\n")
+    stop()
