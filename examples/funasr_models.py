@@ -1,0 +1,314 @@
+"""Random-weight FunASR model directories, built offline with funasr's own classes.
+
+Model hubs are out of reach in tests and CI, so this module writes the files a
+downloaded FunASR model directory holds (``config.yaml``, ``model.pt``,
+``tokens.json``, ``am.mvn``, ``seg_dict``) for a model built from funasr's
+registered classes with its default random initialisation. ``AutoModel(model=dir)``
+then runs the real loading code (config merge, tokenizer, frontend, weight load).
+The weights are random, so any transcription is meaningless text; the point is
+running the real model code, e.g. to compare a device against the CPU.
+
+Kinds (FunASR 1.4.16 class names, dimensions from the published models):
+
+=============  ===========================================  =================================
+kind           classes                                      ``size="real"`` matches
+=============  ===========================================  =================================
+paraformer     Paraformer + CifPredictorV2                  paraformer-large (offline)
+bicif          BiCifParaformer + CifPredictorV3 (BiLSTM)    paraformer-large with timestamps
+seaco          SeacoParaformer (+ LSTM hotword encoder)     paraformer-zh, ~247M parameters
+vad            FsmnVADStreaming + FSMN                      fsmn-vad (same size either way)
+punc           CTTransformer + SANMEncoder                  ct-punc (vocabulary reduced)
+=============  ===========================================  =================================
+
+``size="tiny"`` keeps the architecture and shrinks widths and depths so a
+transcription takes well under a second.
+
+Usage::
+
+    from funasr_models import build
+    model_dir = build("seaco")                     # cached under ~/.cache/dmlshim/funasr
+    AutoModel(model=str(model_dir), disable_update=True, device="cpu", ncpu=2)
+"""
+import argparse
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+KINDS = ("paraformer", "bicif", "seaco", "vad", "punc")
+SIZES = ("tiny", "real")
+
+# Transcripts of the bundled samples (examples/data), so their characters and
+# words are in the vocabulary and hotwords made of them map to real token ids.
+_DATA = Path(__file__).resolve().parent / "data"
+_SPECIALS = ["<blank>", "<s>", "</s>"]  # ids 0, 1, 2 = blank_id, sos, eos of Paraformer
+_VOCAB = {"tiny": 160, "real": 8404}  # paraformer-zh: 8404 tokens
+
+
+def default_cache_dir():
+    """``$DMLSHIM_CACHE/funasr``, else ``~/.cache/dmlshim/funasr``."""
+    root = os.environ.get("DMLSHIM_CACHE") or Path.home() / ".cache" / "dmlshim"
+    return Path(root) / "funasr"
+
+
+def _sample_tokens():
+    """Characters of the Mandarin sample and lower-case words of the English one."""
+    tokens = []
+    for name in ("zh.txt", "en.txt"):
+        path = _DATA / name
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        if name == "zh.txt":
+            tokens += [c for c in text if "\u4e00" <= c <= "\u9fff"]
+        else:
+            tokens += "".join(c if c.isalpha() else " " for c in text.lower()).split()
+    return list(dict.fromkeys(tokens))  # de-duplicated, order kept
+
+
+def _token_list(size, *, specials=_SPECIALS):
+    """Specials, sample tokens, CJK characters as filler, ``<unk>`` last: ``_VOCAB[size]`` tokens."""
+    tokens = list(dict.fromkeys(specials + _sample_tokens()))
+    seen = set(tokens)
+    code = 0x4E00
+    while len(tokens) < _VOCAB[size] - 1:
+        if chr(code) not in seen:
+            tokens.append(chr(code))
+        code += 1
+    return tokens + ["<unk>"]
+
+
+def _frontend(lfr_m, lfr_n, frontend="WavFrontend"):
+    # dither 0.0: fbank without random noise, so CPU and device runs see equal input.
+    return {"frontend": frontend,
+            "frontend_conf": {"fs": 16000, "window": "hamming", "n_mels": 80,
+                              "frame_length": 25, "frame_shift": 10,
+                              "lfr_m": lfr_m, "lfr_n": lfr_n, "dither": 0.0}}
+
+
+def _asr_config(kind, size, vocab_size):
+    """config.yaml content for the Paraformer family (paraformer-zh's layout)."""
+    tiny = size == "tiny"
+    d = 32 if tiny else 512
+    heads = 4
+    encoder_conf = {
+        "output_size": d, "attention_heads": heads, "linear_units": 64 if tiny else 2048,
+        "num_blocks": 2 if tiny else 50, "dropout_rate": 0.1,
+        "positional_dropout_rate": 0.1, "attention_dropout_rate": 0.1,
+        "input_layer": "pe", "pos_enc_class": "SinusoidalPositionEncoder",
+        "normalize_before": True, "kernel_size": 11, "sanm_shfit": 0,
+        "selfattention_layer_type": "sanm"}
+    blocks = 2 if tiny else 16
+    decoder_conf = {
+        "attention_heads": heads, "linear_units": 64 if tiny else 2048, "num_blocks": blocks,
+        "dropout_rate": 0.1, "positional_dropout_rate": 0.1,
+        "self_attention_dropout_rate": 0.1, "src_attention_dropout_rate": 0.1,
+        "att_layer_num": blocks, "kernel_size": 11, "sanm_shfit": 0}
+    predictor_conf = {"idim": d, "threshold": 1.0, "l_order": 1, "r_order": 1,
+                      "tail_threshold": 0.45}
+    if kind == "paraformer":
+        model, predictor = "Paraformer", "CifPredictorV2"
+    else:  # BiCif and SeACo: a second, 3x upsampled CIF head with a BiLSTM for timestamps
+        model = "BiCifParaformer" if kind == "bicif" else "SeacoParaformer"
+        predictor = "CifPredictorV3"
+        predictor_conf.update({"smooth_factor2": 0.25, "noise_threshold2": 0.01,
+                               "upsample_times": 3, "use_cif1_cnn": False,
+                               "upsample_type": "cnn_blstm"})
+    model_conf = {"ctc_weight": 0.0, "lsm_weight": 0.1, "length_normalized_loss": True,
+                  "predictor_weight": 1.0, "predictor_bias": 1, "sampling_ratio": 0.75}
+    conf = {"model": model, "model_conf": model_conf,
+            "encoder": "SANMEncoder", "encoder_conf": encoder_conf,
+            "decoder": "ParaformerSANMDecoder", "decoder_conf": decoder_conf,
+            "predictor": predictor, "predictor_conf": predictor_conf,
+            **_frontend(lfr_m=7, lfr_n=6),
+            "tokenizer": "CharTokenizer",
+            "tokenizer_conf": {"unk_symbol": "<unk>", "split_with_space": True}}
+    if kind == "seaco":
+        model_conf.update({"inner_dim": d, "bias_encoder_type": "lstm",
+                           "bias_encoder_bid": False, "seaco_lsm_weight": 0.1,
+                           "seaco_length_normalized_loss": True, "train_decoder": True,
+                           # the hotword head's "no bias" class; paraformer-zh uses 8377
+                           "NO_BIAS": vocab_size - 2 if tiny else 8377})
+        conf["seaco_decoder"] = "ParaformerSANMDecoder"
+        conf["seaco_decoder_conf"] = {
+            "attention_heads": heads, "linear_units": 64 if tiny else 1024,
+            "num_blocks": 1 if tiny else 4, "dropout_rate": 0.1,
+            "positional_dropout_rate": 0.1, "self_attention_dropout_rate": 0.1,
+            "src_attention_dropout_rate": 0.1, "kernel_size": 21, "sanm_shfit": 0,
+            "use_output_layer": False, "wo_input_layer": True}
+    return conf
+
+
+def _vad_config():
+    """fsmn-vad's config (its real size is already small: ~0.4M parameters)."""
+    return {
+        "model": "FsmnVADStreaming",
+        "model_conf": {
+            "sample_rate": 16000, "detect_mode": 1, "snr_mode": 0,
+            "max_end_silence_time": 800, "max_start_silence_time": 3000,
+            "do_start_point_detection": True, "do_end_point_detection": True,
+            "window_size_ms": 200, "sil_to_speech_time_thres": 150,
+            "speech_to_sil_time_thres": 150, "speech_2_noise_ratio": 1.0,
+            "do_extend": 1, "lookback_time_start_point": 200,
+            "lookahead_time_end_point": 100, "max_single_segment_time": 60000,
+            "snr_thres": -100.0, "noise_frame_num_used_for_snr": 100,
+            "decibel_thres": -100.0, "speech_noise_thres": 0.6,
+            "fe_prior_thres": 0.0001, "silence_pdf_num": 1, "sil_pdf_ids": [0],
+            "speech_noise_thresh_low": -0.1, "speech_noise_thresh_high": 0.3,
+            "output_frame_probs": False, "frame_in_ms": 10, "frame_length_ms": 25},
+        "encoder": "FSMN",
+        "encoder_conf": {"input_dim": 400, "input_affine_dim": 140, "fsmn_layers": 4,
+                         "linear_dim": 250, "proj_dim": 128, "lorder": 20, "rorder": 0,
+                         "lstride": 1, "rstride": 0, "output_affine_dim": 140,
+                         "output_dim": 248},
+        **_frontend(lfr_m=5, lfr_n=1, frontend="WavFrontendOnline"),
+    }
+
+
+def _punc_config(size, vocab_size):
+    """ct-punc's layout; the real model's 471067-word vocabulary is not reproduced."""
+    tiny = size == "tiny"
+    d = 32 if tiny else 256
+    punc_list = ["<unk>", "_", "，", "。", "？", "、"]
+    return {
+        "model": "CTTransformer",
+        "model_conf": {"ignore_id": 0, "embed_unit": d, "att_unit": d, "dropout_rate": 0.1,
+                       "punc_list": punc_list, "punc_weight": [1.0] * len(punc_list),
+                       "sentence_end_id": 3},
+        "encoder": "SANMEncoder",
+        "encoder_conf": {"input_size": d, "output_size": d, "attention_heads": 4 if tiny else 8,
+                         "linear_units": 64 if tiny else 1024, "num_blocks": 1 if tiny else 4,
+                         "dropout_rate": 0.1, "positional_dropout_rate": 0.1,
+                         "attention_dropout_rate": 0.0, "input_layer": "pe",
+                         "pos_enc_class": "SinusoidalPositionEncoder", "normalize_before": True,
+                         "kernel_size": 11, "sanm_shfit": 0, "selfattention_layer_type": "sanm",
+                         "padding_idx": 0},
+        "tokenizer": "CharTokenizer",
+        "tokenizer_conf": {"unk_symbol": "<unk>"},
+    }
+
+
+def _am_mvn(dim):
+    """Kaldi nnet text that funasr's ``load_cmvn`` reads: feats = (fbank + shift) * scale.
+
+    The shift and scale are typical of 16 kHz log-mel fbank (mean about -10, std
+    about 3), so the encoder sees inputs of order one.
+    """
+    def row(value):
+        return "<LearnRateCoef> 0 [ " + " ".join([value] * dim) + " ]"
+    return "\n".join(["<Nnet>", f"<Splice> {dim} {dim}", "[ 0 ]",
+                      f"<AddShift> {dim} {dim}", row("10.0"),
+                      f"<Rescale> {dim} {dim}", row("0.333333"), "</Nnet>", ""])
+
+
+def model_config(kind, size="tiny"):
+    """``(config, tokens, feature_dim)`` for a kind; ``feature_dim`` sizes am.mvn (None: no am.mvn)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; allowed: {', '.join(KINDS)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; allowed: {', '.join(SIZES)}")
+    if kind == "vad":
+        return _vad_config(), None, 400  # 80 mel x lfr_m 5
+    if kind == "punc":
+        tokens = _token_list("tiny", specials=["<blank>", "<s>", "</s>"])
+        return _punc_config(size, len(tokens)), tokens, None
+    tokens = _token_list(size)
+    return _asr_config(kind, size, len(tokens)), tokens, 560  # 80 mel x lfr_m 7
+
+
+def _build_module(config, tokens, model_dir):
+    """Instantiate the model the way ``AutoModel.build_model`` does (funasr's registry)."""
+    from funasr.register import tables
+    import funasr  # noqa: F401  (importing funasr fills the registry)
+
+    kwargs = copy.deepcopy(config)
+    kwargs["input_size"] = None
+    if "frontend" in kwargs:
+        frontend_conf = dict(kwargs["frontend_conf"])
+        if (model_dir / "am.mvn").exists():
+            frontend_conf["cmvn_file"] = str(model_dir / "am.mvn")
+        frontend = tables.frontend_classes.get(kwargs["frontend"])(**frontend_conf)
+        kwargs["input_size"] = frontend.output_size()
+    kwargs["vocab_size"] = len(tokens) if tokens else -1
+    model_class = tables.model_classes.get(kwargs["model"])
+    return model_class(**{**kwargs.pop("model_conf", {}), **kwargs})
+
+
+def write_model_dir(model_dir, kind, size="tiny", seed=0):
+    """Write a complete model directory for ``kind`` into ``model_dir`` (created).
+
+    Returns the number of parameters. Needs funasr and torch; ``size="real"``
+    for "seaco" takes a few seconds and about 3 GB of memory.
+    """
+    import torch
+    import yaml
+
+    config, tokens, feat_dim = model_config(kind, size)
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    with open(model_dir / "config.yaml", "w", encoding="utf-8") as f:
+        yaml.safe_dump(config, f, allow_unicode=True, sort_keys=False)
+    if tokens is not None:
+        (model_dir / "tokens.json").write_text(
+            json.dumps(tokens, ensure_ascii=False, indent=0), encoding="utf-8")
+    if feat_dim is not None:
+        (model_dir / "am.mvn").write_text(_am_mvn(feat_dim), encoding="utf-8")
+    if kind == "seaco":
+        # paraformer-zh ships a seg_dict; SeACo uses it to split hotwords into tokens.
+        # Without one a hotword is looked up whole and becomes <unk>.
+        words = [t for t in tokens if not t.startswith("<")]
+        (model_dir / "seg_dict").write_text(
+            "".join(f"{w} {' '.join(w) if w.isascii() else w}\n" for w in words),
+            encoding="utf-8")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = _build_module(config, tokens, model_dir)
+    torch.save(model.state_dict(), model_dir / "model.pt")
+    return sum(p.numel() for p in model.parameters())
+
+
+def build(kind, size="tiny", cache_dir=None, seed=0):
+    """Path of a cached random-weight model directory for ``kind``; built on first use.
+
+    ``kind``: one of KINDS; ``size``: "tiny" (tests) or "real" (published dimensions);
+    ``cache_dir``: default ``default_cache_dir()``; ``seed``: torch seed of the weights.
+    The directory name carries a hash of the config, so a changed recipe never
+    reuses stale files; it is written to a temporary sibling and renamed, so an
+    interrupted build leaves nothing half-written behind.
+    Raises ValueError for an unknown kind or size.
+    """
+    config, tokens, _ = model_config(kind, size)
+    recipe = json.dumps([config, tokens, seed, 1], ensure_ascii=False, sort_keys=True)
+    digest = hashlib.sha1(recipe.encode("utf-8")).hexdigest()[:10]
+    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    model_dir = cache_dir / f"{kind}-{size}-{digest}"
+    if (model_dir / "model.pt").exists():
+        return model_dir
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=cache_dir))
+    try:
+        write_model_dir(tmp, kind, size, seed)
+        try:
+            tmp.rename(model_dir)
+        except OSError:  # another process finished first: use its copy
+            if not (model_dir / "model.pt").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model_dir
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("--size", choices=SIZES, default="tiny")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help=f"default: {default_cache_dir()}")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(build(args.kind, args.size, args.cache_dir, args.seed))
+
+
+if __name__ == "__main__":
+    main()
