@@ -192,14 +192,15 @@ def _punc_config(size, vocab_size):
 def _am_mvn(dim):
     """Kaldi nnet text that funasr's ``load_cmvn`` reads: feats = (fbank + shift) * scale.
 
-    The shift and scale are typical of 16 kHz log-mel fbank (mean about -10, std
-    about 3), so the encoder sees inputs of order one.
+    funasr's fbank of int16-scaled speech has a mean of about 15 and a std of about 5
+    (the bundled samples: 14.6 and 5.4), so shift -15 and scale 0.2 give the encoder
+    inputs of order one, as a real am.mvn does.
     """
     def row(value):
         return "<LearnRateCoef> 0 [ " + " ".join([value] * dim) + " ]"
     return "\n".join(["<Nnet>", f"<Splice> {dim} {dim}", "[ 0 ]",
-                      f"<AddShift> {dim} {dim}", row("10.0"),
-                      f"<Rescale> {dim} {dim}", row("0.333333"), "</Nnet>", ""])
+                      f"<AddShift> {dim} {dim}", row("-15.0"),
+                      f"<Rescale> {dim} {dim}", row("0.2"), "</Nnet>", ""])
 
 
 def model_config(kind, size="tiny"):
@@ -279,7 +280,7 @@ def build(kind, size="tiny", cache_dir=None, seed=0):
     Raises ValueError for an unknown kind or size.
     """
     config, tokens, _ = model_config(kind, size)
-    recipe = json.dumps([config, tokens, seed, 1], ensure_ascii=False, sort_keys=True)
+    recipe = json.dumps([config, tokens, seed, _am_mvn(1)], ensure_ascii=False, sort_keys=True)
     digest = hashlib.sha1(recipe.encode("utf-8")).hexdigest()[:10]
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     model_dir = cache_dir / f"{kind}-{size}-{digest}"
