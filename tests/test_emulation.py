@@ -1,28 +1,397 @@
-"""The emulated DirectML device behaves like a real PrivateUse1 backend."""
+"""The emulated DirectML device: a real PrivateUse1 backend with DirectML's failures.
+
+Parity tests run on any DirectML device (real or emulated); tests of the
+emulator's own machinery (rules, records, configure) are ``emulated_only``.
+"""
+import io
+import warnings
+
+import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 from torch.testing import assert_close
 
+from dmlshim import emulation
 
-def test_round_trip_and_math(dml_device):
-    x = torch.arange(6.0).reshape(2, 3)
+emulated_only = pytest.mark.emulated_only
+EXACT = dict(rtol=0, atol=0)
+
+
+@pytest.fixture
+def fresh(dml_device):
+    """Default configuration and empty records for the test, restored afterwards."""
+    with emulation.configured():
+        emulation.reset_records()
+        yield dml_device
+
+
+def _fallback_warnings(record):
+    return [str(w.message) for w in record if "not currently supported on the DML" in str(w.message)]
+
+
+# ---------------------------------------------------------------- a real backend
+
+def test_install_is_idempotent(dml_device):
+    assert emulation.install() == dml_device == torch.device("privateuseone:0")
+    assert emulation.is_installed()
+
+
+def test_round_trip_views_inplace_out(dml_device):
+    x = torch.arange(12.0).reshape(3, 4)
     d = x.to(dml_device)
-    assert d.device.type == "privateuseone"
-    assert_close((d * 2 + 1).cpu(), x * 2 + 1, rtol=0, atol=0)
+    assert d.device.type == "privateuseone" and type(d) is torch.Tensor
+    assert_close(d.cpu(), x, **EXACT)
+    view = d.t()[1]               # a view aliases its base
+    view.mul_(10)
+    x.t()[1].mul_(10)
+    assert_close(d.cpu(), x, **EXACT)
+    out = torch.empty(0, device=dml_device)   # out= grows the device storage
+    torch.add(d, 1, out=out)
+    assert_close(out.cpu(), x + 1, **EXACT)
+    assert d.sum().item() == x.sum().item()
+    assert repr(torch.arange(3, device=dml_device)) == \
+        "tensor([0, 1, 2], device='privateuseone:0')"
 
 
-def test_linear_and_conv_forward_backward(dml_device):
+def test_factories_device_context_and_load(dml_device):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(27, 4))
-    x = torch.randn(2, 2, 5, 5)
-    ref = model(x)
-    ref.sum().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
+    ref = torch.randn(3)
+    torch.manual_seed(0)
+    with torch.device(dml_device):
+        made = torch.randn(3)      # random ops use the CPU generator, like torch_directml
+    assert made.device.type == "privateuseone"
+    assert_close(made.cpu(), ref, **EXACT)
+    assert torch.zeros(2, 2, device=dml_device).device.type == "privateuseone"
+    buffer = io.BytesIO()
+    torch.save({"w": ref}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, map_location=dml_device)["w"]
+    assert loaded.device.type == "privateuseone"
+    assert_close(loaded.cpu(), ref, **EXACT)
+
+
+def test_module_to_keeps_parameters(dml_device):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
     model.to(dml_device)
-    out = model(x.to(dml_device))
-    out.sum().backward()
-    assert_close(out.cpu(), ref, rtol=0, atol=0)
-    for p, g in zip(model.parameters(), grads):
-        assert isinstance(p, torch.nn.Parameter) and p.device.type == "privateuseone"
-        assert_close(p.grad.cpu(), g, rtol=0, atol=0)
+    for p in model.parameters():
+        assert type(p) is torch.nn.Parameter and p.device.type == "privateuseone"
+    assert model[1].running_mean.device.type == "privateuseone"
+
+
+def _cnn():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Conv1d(8, 8, 3, padding=1) if False else torch.nn.Identity(),
+        torch.nn.Conv2d(8, 4, 3, stride=2), torch.nn.GELU(), torch.nn.Flatten(),
+        torch.nn.Linear(4, 16), torch.nn.LayerNorm(16), torch.nn.Tanh(), torch.nn.Linear(16, 5),
+        torch.nn.LogSoftmax(dim=-1))
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_small_cnn_equals_cpu_forward_and_backward(dml_device, train):
+    torch.manual_seed(0)
+    model = _cnn().train(train)
+    x = torch.randn(2, 3, 8, 8)
+    target = torch.tensor([1, 3])
+    twin = _cnn().train(train)
+    twin.load_state_dict(model.state_dict())
+    twin.to(dml_device)
+
+    loss = torch.nn.functional.nll_loss(model(x), target)
+    loss.backward()
+    dloss = torch.nn.functional.nll_loss(twin(x.to(dml_device)), target.to(dml_device))
+    dloss.backward()
+
+    assert_close(dloss.cpu(), loss, **EXACT)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert_close(q.grad.cpu(), p.grad, **EXACT, msg=name)
+    for b, c in zip(model.buffers(), twin.buffers()):
+        assert_close(c.cpu(), b, **EXACT)
+
+
+def test_mlp_training_step_equals_cpu(dml_device):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.SiLU(), torch.nn.Linear(12, 1))
+    twin = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.SiLU(), torch.nn.Linear(12, 1))
+    twin.load_state_dict(model.state_dict())
+    twin.to(dml_device)
+    x, y = torch.randn(8, 6), torch.randn(8, 1)
+    for m, xs, ys in ((model, x, y), (twin, x.to(dml_device), y.to(dml_device))):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(xs), ys).backward()
+            opt.step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert_close(q.detach().cpu(), p.detach(), **EXACT)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+       op=st.sampled_from(["add", "mul", "div", "maximum", "atan2", "pow"]),
+       transpose=st.booleans(), seed=st.integers(0, 2**16))
+def test_binary_ops_bit_identical(dml_device, shape, op, transpose, seed):
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.rand(shape, generator=gen) + 0.5
+    b = torch.rand(shape, generator=gen) + 0.5
+    if transpose and a.dim() > 1:   # non-contiguous operands
+        a, b = a.transpose(0, -1), b.transpose(0, -1)
+    fn = getattr(torch, op)
+    assert_close(fn(a.to(dml_device), b.to(dml_device)).cpu(), fn(a, b), **EXACT)
+
+
+@settings(max_examples=20, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+       dim=st.integers(0, 2), seed=st.integers(0, 2**16))
+def test_reductions_and_autograd_bit_identical(dml_device, shape, dim, seed):
+    dim = dim % len(shape)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+    xd = x.detach().to(dml_device).requires_grad_()
+    y = torch.softmax(x, dim).cumsum(dim).mean()
+    yd = torch.softmax(xd, dim).cumsum(dim).mean()
+    y.backward()
+    yd.backward()
+    assert_close(yd.cpu(), y.detach(), **EXACT)
+    assert_close(xd.grad.cpu(), x.grad, **EXACT)
+
+
+# ---------------------------------------------------------------- routing
+
+@emulated_only
+def test_native_op_runs_silently(fresh):
+    d = torch.ones(4, device=fresh)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        torch.mm(d.view(2, 2), d.view(2, 2))
+    assert emulation.route("mm.out") == "DML_KERNEL"
+    assert not _fallback_warnings(record)
+    assert emulation.records()["mm"]["native"] == 1
+
+
+@emulated_only
+def test_cpu_fallback_op_warns_with_directml_text(fresh):
+    x = torch.arange(6.0)
+    with emulation.configured(warn_always=True), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        rolled = torch.roll(x.to(fresh), 2)
+    assert emulation.route("roll") == "CPU_FALLBACK"
+    assert _fallback_warnings(record) == [
+        "The operator 'aten::roll' is not currently supported on the DML backend and will "
+        "fall back to run on the CPU. This may have performance implications."]
+    assert_close(rolled.cpu(), torch.roll(x, 2), **EXACT)
+    assert emulation.records()["roll"] == dict(reached=1, native=0, cpu_fallback=1, failed=0,
+                                               quirk=0)
+
+
+@emulated_only
+def test_cpu_fallback_warns_once_per_process_by_default(fresh):
+    from dmlshim.emulation import _state
+
+    _state.rearm_fallback_warning()
+    d = torch.arange(6.0, device=fresh)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        torch.roll(d, 1)
+        torch.roll(d, 1)
+        torch.nn.functional.elu(d)                        # a second fallen-back op
+    assert len(_fallback_warnings(record)) == 1           # TORCH_WARN_ONCE (note B)
+    assert emulation.records()["elu"]["cpu_fallback"] == 1
+
+
+@emulated_only
+def test_structured_op_warning_names_the_out_delegate(fresh):
+    a, b = torch.zeros(3, device=fresh), torch.ones(3, device=fresh)
+    with emulation.configured(warn_always=True), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        torch.lerp(a, b, 0.5)
+    assert "'aten::lerp.Scalar_out'" in _fallback_warnings(record)[0]      # row #13
+
+
+def test_lstm_and_gru_fail_like_directml(dml_device):
+    for cls, cell in ((torch.nn.LSTM, "_thnn_fused_lstm_cell"), (torch.nn.GRU, "_thnn_fused_gru_cell")):
+        rnn = cls(3, 4).to(dml_device)
+        with pytest.raises(NotImplementedError, match=f"Could not run 'aten::{cell}' with "
+                                                      "arguments from the 'CPU' backend"):
+            rnn(torch.randn(5, 1, 3, device=dml_device))
+        with torch.inference_mode(), pytest.raises(NotImplementedError, match=cell):
+            rnn(torch.randn(5, 1, 3, device=dml_device))
+
+
+def test_rnn_tanh_runs_and_equals_cpu(dml_device):
+    # nn.RNN has no fused cell in torch 2.4.1: rnn_tanh decomposes to linear + tanh
+    # (all DML_KERNEL), so it runs on DirectML (see dmlshim.emulation.rules).
+    torch.manual_seed(0)
+    rnn, x = torch.nn.RNN(3, 4), torch.randn(5, 1, 3)
+    out, h = rnn(x)
+    dout, dh = rnn.to(dml_device)(x.to(dml_device))
+    assert_close(dout.cpu(), out, **EXACT)
+    assert_close(dh.cpu(), h, **EXACT)
+
+
+@emulated_only
+def test_unknown_ops_are_configurable(fresh):
+    from dmlshim.emulation import routing
+
+    assert routing.route("no_such_op.in_torch_241") == routing.UNKNOWN
+    with pytest.raises(ValueError, match="unknown_ops='sometimes'; allowed: native"):
+        emulation.configure(unknown_ops="sometimes")
+
+
+# ---------------------------------------------------------------- default rules
+
+def test_float_times_bool_is_bool(dml_device):                     # row #17
+    x = torch.tensor([0.5, 2.0, 3.0])
+    mask = torch.tensor([True, False, True])
+    got = x.to(dml_device) * mask.to(dml_device)
+    assert got.dtype == torch.bool
+    assert got.cpu().tolist() == [True, False, True]
+    assert (mask.to(dml_device) * x.to(dml_device)).dtype == torch.bool
+    assert (x * mask).dtype == torch.float32                        # CPU is right
+
+
+def test_conv_with_bool_input_fails(dml_device):
+    x = torch.ones(1, 1, 4, dtype=torch.bool, device=dml_device)
+    with pytest.raises(RuntimeError, match="The parameter is incorrect"):
+        torch.nn.functional.conv1d(x, torch.ones(1, 1, 2, device=dml_device))
+
+
+@pytest.mark.parametrize("join", [torch.cat, torch.stack])
+def test_cat_and_stack_with_empty_input_fail(dml_device, join):     # rows #19, #20
+    full = torch.ones(3, 2, device=dml_device)
+    empty = torch.ones(0, 2, device=dml_device)
+    with pytest.raises(RuntimeError, match=r"^The parameter is incorrect\.$"):
+        join([full, empty] if join is torch.cat else [empty, empty])
+    assert join([full, full]).shape[0] in (6, 2)
+
+
+def test_float64_math_fails_but_moves(dml_device):                  # rows #7, #25
+    d = torch.arange(3.0, dtype=torch.float64).to(dml_device)      # data movement is fine
+    assert d.dtype == torch.float64
+    with pytest.raises(RuntimeError, match=r"does not support Double \(Float64\) operations!"):
+        d * 2
+    with pytest.raises(RuntimeError, match="Float64"):
+        torch.ones(3, device=dml_device).cumsum(0, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="Float64"):
+        repr(torch.ones(2, device=dml_device))                      # printing needs float64
+    ones = torch.ones(2, device=dml_device)
+    with pytest.raises(RuntimeError, match="Float64"):
+        1.0 - ones                                                  # rsub wraps a Double
+    assert_close((-ones + 1.0).cpu(), torch.zeros(2), **EXACT)      # the known workaround
+    assert_close(d.cpu(), torch.arange(3.0, dtype=torch.float64), **EXACT)
+
+
+@emulated_only
+def test_float64_supported_when_configured(fresh):
+    with emulation.configured(has_float64_support=True):
+        assert emulation.has_float64_support()
+        d = torch.arange(3.0, dtype=torch.float64).to(fresh)
+        assert_close((d * 2).cpu(), torch.arange(3.0, dtype=torch.float64) * 2, **EXACT)
+        assert "device='privateuseone:0'" in repr(torch.ones(2, device=fresh))
+    assert not emulation.has_float64_support()
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "BFloat16"),
+                                        (torch.complex64, "ComplexFloat")])
+def test_bf16_and_complex_are_fatal(dml_device, dtype, name):      # rows #8, #9
+    with pytest.raises(emulation.FatalDirectMLError, match=f"unsupported data type {name}"):
+        torch.ones(2, dtype=dtype).to(dml_device)
+    with pytest.raises(emulation.FatalDirectMLError):
+        torch.ones(2, device=dml_device).to(dtype)
+    assert not issubclass(emulation.FatalDirectMLError, RuntimeError)
+
+
+def test_stft_result_cannot_live_on_device(dml_device):            # row #9
+    with pytest.raises(emulation.FatalDirectMLError, match="ComplexFloat"):
+        torch.fft.rfft(torch.ones(8, device=dml_device))
+
+
+def test_cpu_operand_rejected_except_by_binary_ops(dml_device):    # row #10
+    d = torch.arange(4.0, device=dml_device)
+    assert_close((d + torch.ones(4)).cpu(), torch.arange(4.0) + 1, **EXACT)
+    with pytest.raises(RuntimeError, match="unbox expects Dml at::Tensor as inputs"):
+        d[torch.tensor([0, 2])]
+    assert_close(d[torch.tensor([0, 2]).to(dml_device)].cpu(), torch.tensor([0.0, 2.0]), **EXACT)
+
+
+def test_generator_on_device_is_unsupported(dml_device):           # row #35
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        torch.Generator(device=dml_device)
+
+
+# ---------------------------------------------------------------- user rules, errors, records
+
+@emulated_only
+def test_user_rule_fires_only_when_its_predicate_holds(fresh):
+    rule = emulation.Rule("aten::tanh", when=lambda self: self.shape[-1] > 4,
+                          error=ValueError, message="tanh too wide", source="test")
+    d = torch.ones(2, 8, device=fresh)
+    with emulation.configured(rules=[rule], extend=True):
+        with pytest.raises(ValueError, match="tanh too wide"):
+            torch.tanh(d)
+        assert torch.tanh(d[:, :4]).shape == (2, 4)
+        with pytest.raises(RuntimeError, match="The parameter is incorrect"):
+            torch.cat([d, d[:0]])                                   # defaults still there
+    with emulation.configured(rules=[rule]):
+        assert torch.cat([d, d[:0]]).shape == (2, 8)                # defaults replaced
+    assert torch.tanh(d).shape == (2, 8)                            # and gone afterwards
+    assert emulation.records()["tanh"]["failed"] == 1
+
+
+@emulated_only
+def test_user_rule_can_replace_results(fresh):
+    rule = emulation.Rule(("relu",), replace=lambda self: torch.zeros_like(self))
+    with emulation.configured(rules=[rule]):
+        assert torch.relu(torch.ones(3, device=fresh)).cpu().tolist() == [0.0, 0.0, 0.0]
+    assert emulation.records()["relu"]["quirk"] == 1
+
+
+def test_rule_validates_its_fields():
+    with pytest.raises(TypeError, match="Rule.error must be an exception class"):
+        emulation.Rule("cat", error="boom")
+    with pytest.raises(TypeError, match="configure\\(rules=...\\) takes Rule objects"):
+        emulation.configure(rules=["cat"])
+
+
+@emulated_only
+@pytest.mark.parametrize("page,byte,reason", [
+    ("cp936", 0xB2, "invalid start byte"), ("cp950", 0xB0, "invalid start byte"),
+    ("cp932", 0x83, "invalid start byte"), ("cp949", 0xB8, "invalid start byte"),
+    ("cp1251", 0xCF, "invalid continuation byte")])
+def test_localized_hresult_errors_are_unicode_decode_errors(fresh, page, byte, reason):
+    d = torch.ones(2, device=fresh)
+    with emulation.configured(localized_errors=page):
+        with pytest.raises(UnicodeDecodeError) as info:
+            torch.cat([d, d[:0]])
+    err = info.value
+    assert (err.encoding, err.start, err.reason) == ("utf-8", 0, reason)
+    assert err.object[0] == byte
+    assert str(err) == f"'utf-8' codec can't decode byte {byte:#x} in position 0: {reason}"
+    assert err.object.decode(page) in {"参数错误。", "參數錯誤。", "パラメーターが間違っています。",
+                                       "매개 변수가 틀립니다.", "Параметр задан неверно."}
+
+
+@emulated_only
+def test_localized_out_of_memory_and_plain_messages(fresh):
+    from dmlshim.emulation import localized
+
+    oom = emulation.Rule("relu", message=localized.ENGLISH[localized.E_OUTOFMEMORY])
+    with emulation.configured(rules=[oom], extend=True, localized_errors=936):
+        with pytest.raises(UnicodeDecodeError, match="byte 0xb4 in position 0") as info:
+            torch.relu(torch.ones(1, device=fresh))
+        assert info.value.object.decode("gbk").startswith("存储空间不足")
+        with pytest.raises(RuntimeError, match="Float64"):       # not an HRESULT text
+            torch.ones(1, device=fresh).double() + 1
+    with pytest.raises(ValueError, match="not a known code page"):
+        emulation.configure(localized_errors="klingon")
+
+
+@emulated_only
+def test_records_count_outcomes(fresh):
+    d = torch.ones(3, device=fresh)
+    torch.cat([d, d])
+    with pytest.raises(RuntimeError):
+        torch.cat([d, d[:0]])
+    assert emulation.records()["cat"] == dict(reached=2, native=1, cpu_fallback=0, failed=1,
+                                              quirk=0)
+    emulation.reset_records()
+    assert emulation.records() == {}

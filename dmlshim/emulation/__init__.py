@@ -3,35 +3,53 @@
 ``install()`` turns PyTorch's ``privateuseone`` device into a stand-in for
 torch-directml 0.2.5 (torch 2.4.1): tensors are plain ``torch.Tensor`` with
 real storage on ``privateuseone:0``; arithmetic runs on the CPU underneath and
-is bit-identical to it. Tests and ``python -m dmlshim check`` use it to see
-what would break on real DirectML hardware.
+is bit-identical to it. Each aten op is routed as torch-directml's real
+dispatcher routes it (``data/dml_op_routing_torch241.tsv``): native, CPU
+fallback with torch-directml's warning, or ``NotImplementedError``; DirectML's
+known quirks are :class:`Rule` objects (see :mod:`.rules`). Tests and
+``python -m dmlshim check`` use it to see what would break on a real GPU.
+
+Usage::
+
+    from dmlshim import emulation
+    dev = emulation.install()                  # torch.device("privateuseone:0")
+    emulation.configure(localized_errors="cp936", has_float64_support=False)
+    y = model.to(dev)(x.to(dev))               # fails where DirectML fails
+    emulation.records()["cat"]                 # {"reached": 3, "failed": 1, ...}
 """
+import contextlib
 import threading
+from typing import Iterable, Optional
 
 import torch
 
-from . import _backend
+from . import _backend, _state, localized, routing
+from .routing import route
+from .rules import FatalDirectMLError, Rule, default_rules
 
-__all__ = ["install", "is_installed"]
+__all__ = ["install", "is_installed", "configure", "configured", "Rule", "FatalDirectMLError",
+           "default_rules", "has_float64_support", "records", "reset_records", "route",
+           "DEVICE"]
 
+DEVICE = _backend.DEVICE
 _lock = threading.Lock()
 _installed = False
 
 
 def install() -> torch.device:
-    """Install the emulated device (idempotent, process-wide).
+    """Install the emulated device (idempotent, process-wide; cannot be undone).
 
     Returns:
         ``torch.device("privateuseone:0")``.
 
     Raises:
-        RuntimeError: if another backend already claimed PrivateUse1 in this
-            process (e.g. torch_directml was imported).
+        RuntimeError: another backend already claimed PrivateUse1 in this
+            process (e.g. ``import torch_directml`` on Windows).
     """
     global _installed
     with _lock:
         if not _installed:
-            _backend.register()
+            _backend.register(_state.policy)
             _installed = True
     return _backend.DEVICE
 
@@ -39,3 +57,77 @@ def install() -> torch.device:
 def is_installed() -> bool:
     """Whether :func:`install` has run in this process."""
     return _installed
+
+
+def configure(rules: Optional[Iterable[Rule]] = None, localized_errors=None, *,
+              extend: bool = False, has_float64_support: Optional[bool] = None,
+              warn_always: Optional[bool] = None, unknown_ops: Optional[str] = None) -> None:
+    """Set how the emulated device behaves; every ``None`` means DirectML's default.
+
+    Each call sets the whole configuration: ``configure()`` restores defaults.
+
+    Args:
+        rules: the quirk rules; ``None`` = :func:`default_rules`.
+        localized_errors: a Windows ANSI code page (``"cp936"``, ``936``,
+            ``"gbk"``...). HRESULT-text errors then surface as the
+            ``UnicodeDecodeError`` Python raises on that Windows (note A of
+            failure_modes.md). ``None`` = English text.
+        extend: append ``rules`` to the defaults instead of replacing them.
+        has_float64_support: ``True`` emulates a GPU with FP64 (float64 math
+            runs). Default ``False``, like Intel Arc/UHD (failure_modes.md #7).
+        warn_always: ``True`` warns on every CPU-fallback call; default: once
+            per process, as torch-directml does (note B), or whenever
+            ``torch.set_warn_always(True)``.
+        unknown_ops: route for ops of the running torch that torch 2.4.1 did
+            not have: ``"native"`` (default), ``"cpu_fallback"`` or ``"error"``.
+
+    Raises:
+        ValueError: an unknown code page or ``unknown_ops`` value.
+        TypeError: ``rules`` holds something that is not a :class:`Rule`.
+    """
+    rules = list(default_rules() if rules is None else rules)
+    if extend:
+        rules = default_rules() + rules
+    for rule in rules:
+        if not isinstance(rule, Rule):
+            raise TypeError(f"configure(rules=...) takes Rule objects, got {type(rule).__name__}")
+    if unknown_ops is not None and unknown_ops not in _state.UNKNOWN_OPS:
+        raise ValueError(f"unknown_ops={unknown_ops!r}; allowed: {', '.join(_state.UNKNOWN_OPS)}")
+    _state.set_config(_state.Config(
+        rules=tuple(rules),
+        localized_errors=None if localized_errors is None else localized.codepage(localized_errors),
+        has_float64_support=bool(has_float64_support),
+        warn_always=bool(warn_always),
+        unknown_ops=unknown_ops or "native"))
+
+
+@contextlib.contextmanager
+def configured(**kwargs):
+    """``with configured(...)``: :func:`configure` for a block, then restore the previous one."""
+    previous = _state.config
+    configure(**kwargs)
+    try:
+        yield
+    finally:
+        _state.set_config(previous)
+
+
+def has_float64_support() -> bool:
+    """Whether the emulated GPU runs float64 math (``configure(has_float64_support=...)``)."""
+    return _state.config.has_float64_support
+
+
+def records() -> dict:
+    """Per aten overload that reached the device: counts of calls by outcome.
+
+    Returns:
+        ``{"cat": {"reached": n, "native": n, "cpu_fallback": n, "failed": n,
+        "quirk": n}, ...}``; ``quirk`` counts silently wrong results (rules
+        with ``replace``).
+    """
+    return _state.records()
+
+
+def reset_records() -> None:
+    """Forget all per-op records."""
+    _state.reset_records()

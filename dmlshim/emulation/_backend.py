@@ -24,11 +24,13 @@ DEVICE_TYPE = "privateuseone"
 DEVICE = torch.device(DEVICE_TYPE, 0)
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _CPU = torch.device("cpu")
+Tensor = torch.Tensor
 
 _libraries = []   # torch.library registrations vanish when these are collected
 _ops = {}         # OpOverload -> _OpInfo
 _direct = set()   # ops given a direct PrivateUse1 kernel (faster than the boxed fallback)
-policy = None     # set by install(): callable(info, args, kwargs) -> None, may raise
+RUN = object()    # the policy's "compute normally" verdict
+policy = None     # set by register(): (info, args, kwargs) -> RUN | result, may raise
 
 
 class _OpInfo:
@@ -63,14 +65,14 @@ def is_device_tensor(x):
 
 def _to_cpu(x, originals):
     """Device tensors (also inside lists) -> CPU aliases; device args -> cpu."""
-    if isinstance(x, torch.Tensor):
-        if x.device.type != DEVICE_TYPE:
+    if isinstance(x, Tensor):
+        if x.is_cpu or x.device.type != DEVICE_TYPE:
             return x
         alias = cpu_alias(x)
         originals[id(alias)] = x
         return alias
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_cpu(y, originals) for y in x)
+        return type(x)([_to_cpu(y, originals) for y in x])
     if isinstance(x, torch.device) and x.type == DEVICE_TYPE:
         return _CPU
     return x
@@ -78,21 +80,21 @@ def _to_cpu(x, originals):
 
 def _to_dev(x, originals):
     """CPU results -> device: an alias of an argument is that argument."""
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, Tensor):
         original = originals.get(id(x))
         if original is not None:
             return original
-        return to_device(x) if x.device.type == "cpu" else x
+        return to_device(x) if x.is_cpu else x
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_dev(y, originals) for y in x)
+        return type(x)([_to_dev(y, originals) for y in x])
     return x
 
 
 def run_on_cpu(op, args, kwargs):
     """Run ``op`` on CPU aliases of the device arguments; results on the device."""
     originals = {}
-    cargs = tuple(_to_cpu(a, originals) for a in args)
-    ckwargs = {k: _to_cpu(v, originals) for k, v in kwargs.items()}
+    cargs = [_to_cpu(a, originals) for a in args]
+    ckwargs = {k: _to_cpu(v, originals) for k, v in kwargs.items()} if kwargs else kwargs
     try:
         out = op(*cargs, **ckwargs)
     except RuntimeError as e:
@@ -128,11 +130,16 @@ def _is_out_arg(op, name):
 
 def _kernel(op, *args, **kwargs):
     info = _ops.get(op) or op_info(op)
-    if policy is not None:
-        policy(info, args, kwargs)
-    if info.metadata:
-        return op.redispatch(_CPU_KEYSET, *args, **kwargs)
-    return run_on_cpu(op, args, kwargs)
+    verdict = policy(info, args, kwargs)
+    if verdict is not RUN:
+        return verdict
+    try:
+        if info.metadata:
+            return op.redispatch(_CPU_KEYSET, *args, **kwargs)
+        return run_on_cpu(op, args, kwargs)
+    except Exception:
+        info.cache.counts[3] += 1  # "failed" in the records
+        raise
 
 
 def _fallback(op, *args, **kwargs):
@@ -150,6 +157,15 @@ def _impl_name(op):
     overload = op._overloadname
     base = op._schema.name.split("::", 1)[1]
     return base if overload == "default" else f"{base}.{overload}"
+
+
+def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None,
+           memory_format=None):
+    return to_device(torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format))
+
+
+def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return to_device(torch.empty_strided(size, stride, dtype=dtype, layout=layout))
 
 
 def _copy_from(self, dst, non_blocking=False):
@@ -188,9 +204,8 @@ def _wrap(op, fn):
     """A hand-written kernel that still goes through the policy (routing, rules)."""
     def kernel(*args, **kwargs):
         info = _ops.get(op) or op_info(op)
-        if policy is not None:
-            policy(info, args, kwargs)
-        return fn(*args, **kwargs)
+        verdict = policy(info, args, kwargs)
+        return fn(*args, **kwargs) if verdict is RUN else verdict
     return kernel
 
 
@@ -210,6 +225,8 @@ def _convolution_backward(grad_output, input, weight, stride, padding, dilation,
 
 
 _HAND_WRITTEN = {
+    "empty.memory_format": _empty,
+    "empty_strided": _empty_strided,
     "_copy_from": _copy_from,
     "_copy_from_and_resize": _copy_from_and_resize,
     "resize_": _resize_,
@@ -275,8 +292,43 @@ def _patch_untyped_storage():
     torch.UntypedStorage.__new__ = __new__
 
 
-def register():
+def _ops_needing_direct_kernels():
+    """Overloads that must get a PrivateUse1 kernel to be routed as in torch 2.4.1.
+
+    * Functional/in-place variants of structured ops (``COMPOSITE_NONFUNCTIONAL``
+      in the table): otherwise torch reaches them through ``empty`` + the
+      ``out=`` overload, which is slower, and a rule on ``mul.Tensor`` would
+      see a preallocated float output instead of choosing the result dtype.
+    * Ops torch-directml implements (``DML_KERNEL``/``CPU_FALLBACK``) that
+      torch 2.13 gives a CompositeExplicitAutograd kernel: otherwise they
+      decompose, e.g. ``native_layer_norm`` into batch_norm arithmetic that is
+      not bit-identical to the CPU kernel.
+    """
+    from . import routing
+
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    for name, (route, delegate) in routing.table().items():
+        base, _, overload = name.partition(".")
+        try:
+            op = getattr(getattr(torch.ops.aten, base), overload or "default")
+        except AttributeError:
+            continue  # not in the running torch
+        qualname = op.name()
+        if delegate != name:
+            wanted = has_kernel(qualname, "CompositeExplicitAutogradNonFunctional")
+        else:
+            wanted = (route in (routing.DML_KERNEL, routing.CPU_FALLBACK)
+                      and has_kernel(qualname, "CompositeExplicitAutograd")
+                      and not has_kernel(qualname, "CompositeImplicitAutograd")
+                      and not op_info(op).metadata)
+        if wanted and not has_kernel(qualname, "PrivateUse1"):
+            yield op
+
+
+def register(policy_fn):
     """Make ``privateuseone`` a Python backend and register the kernels (once)."""
+    global policy
+    policy = policy_fn
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     # The same-name rename is required: without it backward() fails with
@@ -288,6 +340,10 @@ def register():
     aten_lib = torch.library.Library("aten", "IMPL")
     _libraries.extend([fallback_lib, aten_lib])
     for name, fn in _HAND_WRITTEN.items():
-        op = getattr(torch.ops.aten, name).default
+        base, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, base), overload or "default")
         _direct.add(op)
         aten_lib.impl(name, _wrap(op, fn), "PrivateUse1")
+    for op in _ops_needing_direct_kernels():
+        _direct.add(op)
+        aten_lib.impl(_impl_name(op), functools.partial(_kernel, op), "PrivateUse1")

@@ -23,8 +23,8 @@ _int32_at = ctypes.c_int32.from_address
 
 
 def _retag(t, code):
-    # Gradients live in autograd's wrapper, not in the storage: export the data only.
-    cap = _to_dlpack(t.detach() if t.requires_grad else t)
+    # torch._C._to_dlpack exports the data only (no autograd history, no grad check).
+    cap = _to_dlpack(t)
     _int32_at(_get_pointer(cap, b"dltensor") + _DEVICE_TYPE_OFFSET).value = code
     return _from_dlpack(cap)
 

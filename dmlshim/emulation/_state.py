@@ -1,0 +1,129 @@
+"""Configuration, per-op records, and the per-call policy of the emulated device."""
+import dataclasses
+import threading
+import warnings
+from typing import Optional, Tuple
+
+import torch
+
+from . import _backend, localized, routing
+from .rules import Rule, default_rules
+
+UNKNOWN_OPS = ("native", "cpu_fallback", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    rules: Tuple[Rule, ...]
+    localized_errors: Optional[str] = None   # canonical code page, e.g. "cp936"
+    has_float64_support: bool = False
+    warn_always: bool = False
+    unknown_ops: str = "native"
+
+
+config = Config(rules=tuple(default_rules()))
+_generation = 0          # bumps on configure(): per-op caches recompute
+_warned = False          # torch-directml warns once per *process* (note B)
+_lock = threading.Lock()
+
+# op name -> [reached, native, cpu_fallback, failed, quirk]
+_records = {}
+_FIELDS = ("reached", "native", "cpu_fallback", "failed", "quirk")
+_REACHED, _NATIVE, _CPU_FALLBACK, _FAILED, _QUIRK = range(5)
+
+_RUN = _backend.RUN  # policy verdict: compute the op normally
+
+
+def set_config(new):
+    global config, _generation
+    with _lock:
+        config = new
+        _generation += 1
+
+
+def records():
+    """``{op name: {"reached", "native", "cpu_fallback", "failed", "quirk"}}`` counts."""
+    return {name: dict(zip(_FIELDS, counts)) for name, counts in sorted(_records.items())}
+
+
+def reset_records():
+    _records.clear()
+
+
+class _OpPolicy:
+    """Per-op decisions that do not depend on the arguments, cached."""
+
+    __slots__ = ("generation", "route", "reported", "rules", "counts")
+
+    def __init__(self, info):
+        self.generation = _generation
+        self.route, self.reported = _effective_route(info.name)
+        self.rules = tuple(r for r in config.rules
+                           if r.matches_op(info.op, info.name, info.metadata))
+        self.counts = _records.setdefault(info.name, [0, 0, 0, 0, 0])
+
+
+def _effective_route(name):
+    route, reported = routing.lookup(name)
+    if route == routing.UNKNOWN:
+        route = {"native": routing.DML_KERNEL, "cpu_fallback": routing.CPU_FALLBACK,
+                 "error": routing.NO_CPU_KERNEL}[config.unknown_ops]
+    elif route in (routing.COMPOSITE_IMPLICIT, routing.COMPOSITE_EXPLICIT):
+        # torch 2.4.1 decomposed it before DirectML; its leaves ran natively there.
+        route = routing.DML_KERNEL
+    return route, reported
+
+
+def policy(info, args, kwargs):
+    """Decide one call: ``_RUN``, a replacement result, or raise as DirectML would."""
+    p = info.cache
+    if p is None or p.generation != _generation or p.counts is not _records.get(info.name):
+        p = info.cache = _OpPolicy(info)
+    counts = p.counts
+    counts[_REACHED] += 1
+    for rule in p.rules:
+        if rule.when is None or rule.when(*args, **kwargs):
+            return _apply(rule, counts, args, kwargs)
+    route = p.route
+    if route == routing.DML_KERNEL:
+        counts[_NATIVE] += 1
+        return _RUN
+    _warn_fallback(p.reported)
+    if route == routing.CPU_FALLBACK:
+        counts[_CPU_FALLBACK] += 1
+        return _RUN
+    counts[_FAILED] += 1
+    raise routing.no_cpu_kernel_error(p.reported)
+
+
+def _apply(rule, counts, args, kwargs):
+    if rule.replace is not None:
+        counts[_QUIRK] += 1
+        return rule.apply(args, kwargs)
+    counts[_FAILED] += 1
+    try:
+        rule.apply(args, kwargs)
+    except Exception as exc:
+        if config.localized_errors is None:
+            raise
+        translated = localized.localize(exc, config.localized_errors)
+        if translated is exc:
+            raise
+        raise translated from None
+    raise AssertionError(f"rule {rule!r} neither raised nor replaced")  # pragma: no cover
+
+
+def _warn_fallback(name):
+    # TORCH_WARN_ONCE in dml_cpu_fallback: one static guard for all ops, unless
+    # torch.set_warn_always(True) (failure_modes.md note B).
+    global _warned
+    if _warned and not (config.warn_always or torch.is_warn_always_enabled()):
+        return
+    _warned = True
+    warnings.warn(routing.fallback_warning(name), UserWarning, stacklevel=4)
+
+
+def rearm_fallback_warning():
+    """Let the next CPU fallback warn again, as in a fresh process."""
+    global _warned
+    _warned = False
