@@ -87,6 +87,9 @@ _LOCALIZED = [
     ("cp1252", "Falscher Parameter", 0x80070057),
     ("cp1252", "Paramètre incorrect", 0x80070057),
     ("cp1252", "El parámetro no es correcto", 0x80070057),
+    ("cp1252", "Not enough memory resources are available to complete this operation",
+     0x8007000E),                                       # newer Windows' E_OUTOFMEMORY text
+    ("cp1252", "Ran out of memory", 0x8007000E),
     ("cp936", "存储空间不足，无法完成此操作", 0x8007000E),
     ("cp936", "存储空间不足，无法处理此命令", 0x80070008),
     ("cp936", "GPU 设备实例已经暂停", 0x887A0005),

@@ -90,6 +90,10 @@ def test_real_ansi_codepage_is_a_codec(monkeypatch):
     ("Could not allocate tensor with 1048576 bytes. There is not enough GPU video "
      "memory available!", "E_OUTOFMEMORY", 0x8007000E),                     # row #26
     ("Falscher Parameter.", "E_INVALIDARG", 0x80070057),
+    ("Not enough memory resources are available to complete this operation.",
+     "E_OUTOFMEMORY", 0x8007000E),
+    ("Not enough memory resources are available to process this command.",
+     "ERROR_NOT_ENOUGH_MEMORY", 0x80070008),
     ("Unspecified error", "E_FAIL", 0x80004005),
 ])
 def test_recognise(text, name, value):

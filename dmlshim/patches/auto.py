@@ -1,0 +1,305 @@
+"""fallback="auto": any torch call that DirectML fails is retried on the CPU.
+
+DirectML's list of failures is open-ended (failure_modes.md has dozens), so the
+known patches cannot be the whole answer. This patch puts a thin wrapper on
+every Python entry point into a C++ torch op: the builtins of ``torch``,
+``torch._VF``, ``torch._C._nn``, ``torch.nn.functional``, ``torch.fft``,
+``torch.linalg``, ``torch.special`` and the methods of ``torch.Tensor``
+(about 3,000 attributes). A wrapper costs one ``try`` on the happy path. When
+the call raises a DirectML-class error (:func:`dmlshim.errors.classify`:
+``RuntimeError``/``NotImplementedError`` from the backend, or the
+``UnicodeDecodeError`` of a localized HRESULT, failure_modes.md Note A) and a
+tensor argument is on the target device, the call runs again on the CPU through
+the fallback engine and its results come back to the device. The failing input
+signature (dtypes and shapes of the tensor arguments; every signature for a
+``NotImplementedError``, i.e. an op with no kernel) is remembered, so later
+calls go straight to the CPU; one warning per op.
+
+Out of memory and device removed are not retried: they are raised as
+:class:`dmlshim.DirectMLError` naming the HRESULT. In ``fallback="known"`` the
+wrappers only translate errors (a localized ``UnicodeDecodeError`` becomes a
+readable ``DirectMLError``) and never retry.
+
+Why wrappers and not a ``TorchFunctionMode`` (benchmarks/auto_fallback_overhead.py):
+a mode's stack is per thread (a model run from a worker thread would escape
+it) and, once pushed, it also intercepts every tensor attribute read:
+``x.device`` goes from 45 ns to 830 ns, ``x.shape`` from 63 ns to 850 ns, and
+model code reads those constantly. Plain closures add ~0.15-0.3 µs per call
+(wrapt ``FunctionWrapper``: 0.3-0.7 µs) and install in ~6 ms (wrapt: 80 ms),
+are global (all threads), and leave attribute access alone. The cost of that
+choice: a reference bound before ``activate()`` (``from torch import cat``)
+or ``torch.ops.aten.*`` is not covered; ``torch.nn.functional``'s Python
+functions are not wrapped themselves (TorchScript must still compile them) but
+everything they call is.
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import threading
+import types
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from .. import errors, fallback, trace
+from ._wrap import Context
+
+__all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
+           "entry_points"]
+
+_CATCH = (RuntimeError, NotImplementedError, UnicodeDecodeError)
+_ALL = "*"                    # memo entry: every signature of the op goes to the CPU
+_MAX_SIGNATURES = 256         # per op; past this the whole op is sent to the CPU
+
+# Tensor methods left alone: device transfers (a CPU retry would move the result
+# back to the device), metadata that DirectML cannot fail, autograd plumbing, and
+# Python object protocol.
+_TENSOR_SKIP = frozenset("""
+    to cpu cuda xpu mps ipu hpu numpy pin_memory share_memory_ is_pinned is_shared
+    storage untyped_storage data_ptr dim ndimension size stride numel nelement
+    element_size storage_offset is_contiguous is_floating_point is_complex is_signed
+    is_inference is_set_to get_device has_names is_coalesced dense_dim sparse_dim
+    backward register_hook register_post_accumulate_grad_hook retain_grad
+    requires_grad_ detach detach_ as_subclass module_load
+    __init__ __new__ __repr__ __str__ __format__ __hash__ __len__ __iter__ __reversed__
+    __contains__ __bool__ __nonzero__ __int__ __long__ __float__ __complex__ __index__
+    __array__ __array_wrap__ __dlpack__ __dlpack_device__ __reduce__ __reduce_ex__
+    __setstate__ __getstate__ __deepcopy__ __copy__ __dir__ __sizeof__ __getattribute__
+    __getattr__ __setattr__ __delattr__ __class__ __init_subclass__ __subclasshook__
+    __torch_function__ __torch_dispatch__ __eq__ __ne__
+""".split())
+
+
+class DirectMLFallbackWarning(UserWarning):
+    """An op failed on DirectML and was run on the CPU instead (once per op)."""
+
+
+@dataclass
+class Failure:
+    """What made ``op`` fall back: the first error (text, HRESULT name) and how
+    many distinct input signatures (``all_signatures``: every one) go to the CPU."""
+    op: str
+    error: str
+    hresult: Optional[str]
+    signatures: int = 0
+    all_signatures: bool = False
+
+
+_lock = threading.Lock()
+_ctx: Optional[Context] = None
+_applied: List[tuple] = []            # (owner, name, wrapper, replaced, had_own)
+_jit_ids: List[int] = []              # our entries in TorchScript's builtin table
+_memo: Dict[str, set] = {}            # op -> signatures that go straight to the CPU
+_failures: Dict[str, Failure] = {}
+
+
+# ---------------------------------------------------------------------------- coverage
+
+def entry_points():
+    """``(owner, attribute, op name)`` for every entry point the patch wraps."""
+    import torch.nn.functional as F
+
+    vf_names = [n for n in dir(torch._C._VariableFunctions) if not n.startswith("__")]
+    builtin = types.BuiltinFunctionType
+    out = [(torch, n, f"torch.{n}") for n in vf_names if isinstance(getattr(torch, n, None), builtin)]
+    out += [(torch._VF, n, f"torch._VF.{n}") for n in vf_names]     # served by _VF.__getattr__
+    for owner, prefix in ((F, "F"), (torch._C._nn, "torch._C._nn"), (torch.fft, "torch.fft"),
+                          (torch.linalg, "torch.linalg"), (torch.special, "torch.special")):
+        out += [(owner, n, f"{prefix}.{n}") for n, obj in vars(owner).items()
+                if not n.startswith("__") and isinstance(obj, builtin)]
+    kinds = (types.MethodDescriptorType, types.WrapperDescriptorType, types.FunctionType)
+    for n in dir(torch.Tensor):
+        if n in _TENSOR_SKIP or (n.startswith("_") and not n.endswith("__")):
+            continue
+        if isinstance(getattr(torch.Tensor, n, None), kinds):
+            out.append((torch.Tensor, n, f"Tensor.{n}"))
+    return out
+
+
+# ---------------------------------------------------------------------------- install
+
+def install(ctx: Context) -> None:
+    """Wrap every entry point (see module docstring). Idempotent per activation."""
+    global _ctx
+    with _lock:
+        if _applied:
+            return
+        _ctx = ctx
+        jit = _jit_table()
+        gc_was_on = gc.isenabled()
+        gc.disable()        # 3,000 new closures would trigger full collections: 0.15 s -> 12 ms
+        try:
+            _wrap_all(jit)
+        finally:
+            if gc_was_on:
+                gc.enable()
+
+
+def _wrap_all(jit):
+    for owner, name, op in entry_points():
+        had_own = name in vars(owner)
+        replaced = vars(owner)[name] if had_own else getattr(owner, name)
+        func = getattr(owner, name)              # unbound for Tensor methods
+        wrapper = _make_wrapper(op, func, _memo.setdefault(op, set()))
+        try:
+            setattr(owner, name, wrapper)
+        except (AttributeError, TypeError):      # read-only on this torch version
+            continue
+        _applied.append((owner, name, wrapper, replaced, had_own))
+        aten = _aten_name(jit, func)
+        if aten is not None:                     # keep torch.jit.script(torch.add) working
+            jit[id(wrapper)] = aten
+            _jit_ids.append(id(wrapper))
+
+
+def uninstall() -> None:
+    """Put every original back (only where our wrapper is still in place)."""
+    global _ctx
+    with _lock:
+        applied, _applied[:] = list(_applied), []
+        jit = _jit_table()
+        for i in _jit_ids:
+            if jit is not None:
+                jit.pop(i, None)
+        _jit_ids.clear()
+        skipped = []
+        for owner, name, wrapper, replaced, had_own in reversed(applied):
+            if vars(owner).get(name) is not wrapper:
+                skipped.append(f"{getattr(owner, '__name__', owner)}.{name}")
+                continue
+            if had_own:
+                setattr(owner, name, replaced)
+            else:
+                delattr(owner, name)
+        _ctx = None
+    if skipped:
+        warnings.warn(f"dmlshim: {len(skipped)} entry points were replaced after dmlshim "
+                      f"wrapped them and were left in place: {', '.join(skipped[:5])}",
+                      RuntimeWarning, stacklevel=2)
+
+
+def _aten_name(jit, func):
+    """TorchScript's op name for ``func``, looking through other wrappers (wrapt's too)."""
+    while jit is not None and func is not None:
+        if id(func) in jit:
+            return jit[id(func)]
+        func = getattr(func, "__wrapped__", None)
+    return None
+
+
+def _jit_table():
+    """TorchScript's ``id(function) -> "aten::op"`` table (private; None if absent)."""
+    try:
+        from torch.jit import _builtins
+        return _builtins._get_builtin_table()
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------- the wrapper
+
+def _make_wrapper(op: str, func, memo: set):
+    def wrapper(*args, **kwargs):
+        if memo and _remembered(memo, args, kwargs):
+            return _cpu(op, func, args, kwargs)
+        try:
+            return func(*args, **kwargs)
+        except _CATCH as exc:
+            return _failed(op, func, args, kwargs, exc, memo)
+
+    functools.update_wrapper(wrapper, func)
+    wrapper.__dmlshim_op__ = op
+    return wrapper
+
+
+def _signature(args, kwargs):
+    return tuple((t.dtype, tuple(t.shape)) for t in fallback.tensors_in((args, kwargs)))
+
+
+def _remembered(memo, args, kwargs) -> bool:
+    ctx = _ctx
+    if ctx is None or not ctx.active or fallback.busy():
+        return False
+    if fallback.device_of(args, kwargs, ctx.target) is None:
+        return False
+    return _ALL in memo or _signature(args, kwargs) in memo
+
+
+def _cpu(op, func, args, kwargs):
+    return trace.call(op, _cpu_handler, func, args, kwargs)
+
+
+def _cpu_handler(func, args, kwargs):
+    return "cpu", fallback.run_on_cpu(func, args, kwargs, op=getattr(func, "__name__", ""))
+
+
+def _failed(op, func, args, kwargs, exc, memo):
+    """Handle ``exc`` raised by ``func(*args, **kwargs)``: retry, translate or re-raise."""
+    ctx = _ctx
+    if (getattr(exc, "_dmlshim_handled", False) or ctx is None or not ctx.active
+            or fallback.busy() or fallback.device_of(args, kwargs, ctx.target) is None):
+        raise exc
+    kind = errors.classify(exc)
+    if kind == errors.OTHER:
+        raise exc
+    readable = errors.translate(exc, op, args, kwargs)
+    if kind == errors.FATAL or ctx.fallback != "auto":
+        _raise(readable, exc)
+    try:
+        result = _cpu(op, func, args, kwargs)
+    except Exception as cpu_exc:
+        # The CPU fails too: not a DirectML problem (a bad argument, a view op).
+        # Raise what the CPU says, as the user would see it without DirectML.
+        cpu_exc._dmlshim_handled = True
+        raise cpu_exc from (readable or exc)
+    _remember(op, memo, args, kwargs, exc, readable)
+    return result
+
+
+def _raise(readable, exc):
+    if readable is None:
+        exc._dmlshim_handled = True
+        raise exc
+    readable._dmlshim_handled = True
+    raise readable from exc
+
+
+def _remember(op, memo, args, kwargs, exc, readable):
+    sig = _signature(args, kwargs)
+    with _lock:
+        failure = _failures.get(op)
+        first = failure is None
+        if first:
+            failure = _failures[op] = Failure(
+                op, str(readable or exc).splitlines()[0][:300],
+                readable.hresult.name if readable is not None and readable.hresult else None)
+        if isinstance(exc, NotImplementedError) or len(memo) >= _MAX_SIGNATURES:
+            memo.add(_ALL)
+            failure.all_signatures = True
+        else:
+            memo.add(sig)
+        failure.signatures = len(memo - {_ALL})
+    if first:
+        warnings.warn(
+            f"dmlshim: {op} failed on DirectML ({failure.error}); it ran on the CPU and "
+            f"{'every later call' if failure.all_signatures else 'later calls with the same input dtypes/shapes'}"
+            " will go to the CPU directly (DMLSHIM_FALLBACK=auto)", DirectMLFallbackWarning, stacklevel=4)
+
+
+# ---------------------------------------------------------------------------- introspection
+
+def failures() -> Dict[str, Failure]:
+    """The ops that fell back so far (op name -> :class:`Failure`)."""
+    with _lock:
+        return dict(_failures)
+
+
+def forget() -> None:
+    """Forget every remembered failure: the next calls try the device again."""
+    with _lock:
+        for memo in _memo.values():
+            memo.clear()
+        _failures.clear()
