@@ -81,8 +81,7 @@ def test_module_to_keeps_parameters(dml_device):
 def _cnn():
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2), torch.nn.Conv1d(8, 8, 3, padding=1) if False else torch.nn.Identity(),
-        torch.nn.Conv2d(8, 4, 3, stride=2), torch.nn.GELU(), torch.nn.Flatten(),
+        torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 4, 3, stride=2), torch.nn.GELU(), torch.nn.Flatten(),
         torch.nn.Linear(4, 16), torch.nn.LayerNorm(16), torch.nn.Tanh(), torch.nn.Linear(16, 5),
         torch.nn.LogSoftmax(dim=-1))
 
@@ -311,6 +310,24 @@ def test_cpu_operand_rejected_except_by_binary_ops(dml_device):    # row #10
     with pytest.raises(RuntimeError, match="unbox expects Dml at::Tensor as inputs"):
         d[torch.tensor([0, 2])]
     assert_close(d[torch.tensor([0, 2]).to(dml_device)].cpu(), torch.tensor([0.0, 2.0]), **EXACT)
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.lists(st.integers(0, 3), min_size=1, max_size=4))
+def test_cat_fails_exactly_when_an_input_is_empty(dml_device, rows):   # rows #19, #20
+    parts = [torch.randn(n, 2) for n in rows]
+    on_device = [p.to(dml_device) for p in parts]
+    if 0 in rows:
+        with pytest.raises(RuntimeError, match="The parameter is incorrect"):
+            torch.cat(on_device)
+    else:
+        assert_close(torch.cat(on_device).cpu(), torch.cat(parts), **EXACT)
+
+
+def test_autocast_is_a_silent_no_op(dml_device):                   # row #36
+    x = torch.ones(2, 2, device=dml_device)
+    with torch.autocast("privateuseone", dtype=torch.float16):
+        assert (x @ x).dtype == torch.float32
 
 
 def test_generator_on_device_is_unsupported(dml_device):           # row #35

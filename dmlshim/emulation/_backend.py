@@ -269,6 +269,12 @@ class _DeviceModule:
         pass
 
     @staticmethod
+    def get_amp_supported_dtype():
+        # torch.autocast("privateuseone") is accepted and changes nothing, as on
+        # torch-directml 0.2.5 (failure_modes.md #36).
+        return [torch.float16]
+
+    @staticmethod
     def device(device):
         # Used by torch.load(map_location=dev) and Storage.to(dev); one device.
         return contextlib.nullcontext()
@@ -337,6 +343,8 @@ def register(policy_fn):
     _patch_untyped_storage()
     fallback_lib = torch.library.Library("_", "IMPL")
     fallback_lib.fallback(_fallback, dispatch_key="PrivateUse1")
+    # torch-directml registers no autocast kernels: autocast is a no-op (row #36).
+    fallback_lib.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
     aten_lib = torch.library.Library("aten", "IMPL")
     _libraries.extend([fallback_lib, aten_lib])
     for name, fn in _HAND_WRITTEN.items():

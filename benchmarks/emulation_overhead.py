@@ -1,0 +1,62 @@
+"""What the emulated DirectML device costs per op, against plain CPU tensors.
+
+Every op on ``privateuseone:0`` goes through a Python kernel (routing, rules,
+zero-copy CPU aliases) and then the same CPU kernel, so the difference between
+the two variants is the emulator's per-call overhead. Cases: a 64-element add
+(overhead-dominated), a 256x256 matmul (compute-dominated), and the transfers
+and allocations the shim's CPU fallback relies on (``x.to(dev)``, ``.cpu()``,
+``torch.empty(..., device=dev)``, ``copy_``; their CPU variant is the same-size
+CPU copy). Variants are timed interleaved; times are µs per call (min and
+median over repeats).
+
+Run: ``python benchmarks/emulation_overhead.py [--quick] [--json PATH]``.
+"""
+import os
+import sys
+
+import torch
+
+import timing
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dmlshim import emulation  # noqa: E402
+
+
+def cases(dev):
+    """``{case: (cpu fn, emulated fn, calls per sample)}``."""
+    a, b = torch.randn(64), torch.randn(64)
+    ad, bd = a.to(dev), b.to(dev)
+    m, n = torch.randn(256, 256), torch.randn(256, 256)
+    md, nd = m.to(dev), n.to(dev)
+    host, dst_cpu, dst_dev = torch.randn(64), torch.empty(64), torch.empty(64, device=dev)
+    return {
+        "add, 64 elements": (lambda: a + b, lambda: ad + bd, 2000),
+        "matmul, 256x256": (lambda: m @ n, lambda: md @ nd, 20),
+        "torch.empty(64)": (lambda: torch.empty(64), lambda: torch.empty(64, device=dev), 2000),
+        "x.to(device), 64 floats": (lambda: host.to(torch.float64),
+                                    lambda: host.to(dev), 2000),
+        "x.cpu(), 64 floats": (lambda: host.clone(), lambda: ad.cpu(), 2000),
+        "copy_ host -> x, 64 floats": (lambda: dst_cpu.copy_(host),
+                                       lambda: dst_dev.copy_(host), 2000),
+    }
+
+
+def main():
+    args = timing.arg_parser(__doc__.splitlines()[0]).parse_args()
+    dev = emulation.install()
+    emulation.configure()
+    rows = []
+    for case, (cpu_fn, dev_fn, number) in cases(dev).items():
+        number = max(1, number // 10) if args.quick else number
+        t = timing.measure({"cpu": cpu_fn, "emulated": dev_fn},
+                           repeats=5 if args.quick else 15, number=number)
+        added = (t["emulated"].median_s - t["cpu"].median_s) * 1e6
+        note = f"{t['cpu'].median_s * 1e6:.2f} -> {t['emulated'].median_s * 1e6:.2f} us/call " \
+               f"(added {added:+.2f} us)"
+        rows += timing.rows(case, t, baseline="cpu", note=note)
+    timing.finish(args, "emulation_overhead", rows,
+                  extra={"torch": torch.__version__, "device": str(dev)})
+
+
+if __name__ == "__main__":
+    main()
