@@ -46,8 +46,19 @@ class Patch:
 REGISTRY: Tuple[Patch, ...] = (
     Patch("mul", "float x bool returns bool on DirectML: cast the bool operand first "
                  "(DirectML#686, #737; failure_modes.md #17)"),
+    Patch("conv", "bool/integer input to conv1d/2d/3d: cast to the weight's dtype (safety net; "
+                  "the root cause is mul, failure_modes.md #17)"),
+    Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): run on the CPU "
+                 "with cached CPU weights (DirectML#613, #654, #677; failure_modes.md #1, #2)"),
     Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
                  "#19, #20; DirectML PR#527): drop empties on the device, else CPU"),
+    Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; "
+                    "failure_modes.md #7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)"),
+    # Last of the eager patches, so its catch-all wrappers sit outside the others.
+    Patch("auto", "any torch call DirectML fails (RuntimeError/NotImplementedError, localized "
+                  "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "
+                  "remembered; 'known' only translates errors to DirectMLError",
+          modes=("auto", "known")),
 )
 
 _lock = threading.RLock()

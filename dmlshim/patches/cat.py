@@ -42,7 +42,7 @@ def _call(func, tensors, rest, kwargs, key):
 def _select(ctx: Context):
     target = ctx.target
 
-    def select(args, kwargs):
+    def select(instance, args, kwargs):
         tensors = args[0] if args else kwargs.get("tensors", ())
         if not isinstance(tensors, (list, tuple)):
             return False

@@ -76,10 +76,31 @@ def _handler(inplace: bool):
     return handle
 
 
+def _select(target: str):
+    """Fast path: only calls with a bool tensor operand on the target device matter."""
+    Tensor, bool_ = torch.Tensor, torch.bool
+
+    def select(instance, args, kwargs):
+        if isinstance(instance, Tensor):
+            a, b = instance, (args[0] if args else kwargs.get("other"))
+        else:
+            a = args[0] if args else kwargs.get("input")
+            b = args[1] if len(args) > 1 else kwargs.get("other")
+        a_t, b_t = isinstance(a, Tensor), isinstance(b, Tensor)
+        if (a_t and a.is_cpu or not a_t) and (b_t and b.is_cpu or not b_t):
+            return False                        # all on the CPU
+        if not (a_t and a.dtype is bool_ or b_t and b.dtype is bool_):
+            return False
+        return (a_t and not a.is_cpu and a.device.type == target) or \
+               (b_t and not b.is_cpu and b.device.type == target)
+    return select
+
+
 def install(ctx: Context) -> None:
+    select = _select(ctx.target)
     for owner, name, inplace in _ENTRY_POINTS:
         op = f"{'torch' if owner is torch else 'Tensor'}.{name}"
-        _patches.intercept(ctx, owner, name, _handler(inplace), op=op)
+        _patches.intercept(ctx, owner, name, _handler(inplace), op=op, select=select)
 
 
 def uninstall() -> None:

@@ -1,0 +1,113 @@
+"""dtypes DirectML cannot hold or compute.
+
+* **float64**: most consumer GPUs under DirectML have none: ``RuntimeError: The GPU
+  device does not support Double (Float64) operations!`` (DirectML#430, #396, #438,
+  #699; failure_modes.md #7).  When ``devices.has_float64_support(device)`` is False:
+  - ``Tensor.to(device)`` (and so ``Module.to(device)``) of float64 gives float32,
+    with one warning per process;
+  - an op asked to compute in float64 (``dtype=torch.float64``, e.g. FunASR
+    Paraformer's ``torch.cumsum(alphas, 1, dtype=torch.float64)``) computes in float64
+    on the CPU and returns **float32** on the device (action ``cpu``).
+* **bfloat16 / complex**: moving such a tensor to DirectML aborts the process
+  (``Invalid or unsupported data type``; DirectML#688, #421, #704; failure_modes.md
+  #8, #9).  ``Tensor.to(device)`` raises ``TypeError`` before the transfer instead.
+  Policy: no silent cast, because a bf16 -> fp16 cast can overflow; convert
+  explicitly (``model.float()`` or ``.half()``).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .. import devices, fallback
+from ._wrap import Context, PatchSet
+
+_patches = PatchSet(__name__)
+
+UNSUPPORTED = frozenset({torch.bfloat16, torch.complex32, torch.complex64, torch.complex128})
+_SPECIAL = UNSUPPORTED | {torch.float64}
+
+# ops that take a ``dtype=`` to compute in (torch.* and Tensor.*)
+_DTYPE_OPS = ("cumsum", "cumprod", "sum", "nansum", "mean", "prod", "softmax", "log_softmax")
+
+_warned_float64 = False
+
+
+def _parse_to(args, kwargs):
+    """(device, dtype) a ``Tensor.to`` call asks for (None when unchanged)."""
+    device, dtype, _non_blocking, _fmt = torch._C._nn._parse_to(*args[1:], **kwargs)
+    if dtype is None and args[1:] and isinstance(args[1], torch.Tensor):
+        dtype = args[1].dtype
+    return device, dtype
+
+
+def _to_select(ctx: Context):
+    target = ctx.target
+    special = _SPECIAL
+
+    def select(self, args, kwargs):
+        if self.dtype not in special:
+            for a in args:
+                if type(a) is torch.dtype and a in special:
+                    break
+            else:
+                if not kwargs or kwargs.get("dtype") not in special:
+                    return False               # the fast path: nearly every call
+        device, dtype = _parse_to((self, *args), kwargs)
+        return device is not None and device.type == target and (dtype or self.dtype) in special
+    return select
+
+
+def _to_handle(func, args, kwargs):
+    self = args[0]
+    device, dtype = _parse_to(args, kwargs)
+    dtype = dtype or self.dtype
+    if dtype in UNSUPPORTED:
+        raise TypeError(
+            f"dmlshim: a {str(dtype).replace('torch.', '')} tensor cannot go to {device}: DirectML "
+            "aborts the process on this dtype (DirectML#688, #421; failure_modes.md #8, #9). "
+            "Convert first, e.g. x.float() / model.float() (or .half()), or keep it on the CPU.")
+    if devices.has_float64_support(device):
+        return "pass", func(*args, **kwargs)
+    global _warned_float64
+    if not _warned_float64:
+        _warned_float64 = True
+        warnings.warn(f"dmlshim: {device} has no float64 (DirectML#430; failure_modes.md #7): "
+                      "float64 tensors moved there become float32 (warned once)", RuntimeWarning,
+                      stacklevel=5)
+    options = {k: kwargs[k] for k in ("non_blocking", "copy", "memory_format") if k in kwargs}
+    return "coerce", func(self, device, torch.float32, **options)
+
+
+def _dtype_select(ctx: Context):
+    target = ctx.target
+
+    def select(instance, args, kwargs):
+        if not kwargs or kwargs.get("dtype") is not torch.float64:
+            for a in args:
+                if a is torch.float64:
+                    break
+            else:
+                return False                   # the fast path: no float64 requested
+        x = instance if isinstance(instance, torch.Tensor) else (args[0] if args else kwargs.get("input"))
+        return (isinstance(x, torch.Tensor) and not x.is_cpu and x.device.type == target
+                and not devices.has_float64_support(x.device))
+    return select
+
+
+def _dtype_handle(func, args, kwargs):
+    return "cpu", fallback.run_on_cpu(func, args, kwargs, dtype_map={torch.float64: torch.float32})
+
+
+def install(ctx: Context) -> None:
+    _patches.intercept(ctx, torch.Tensor, "to", _to_handle, op="Tensor.to", select=_to_select(ctx))
+    select = _dtype_select(ctx)
+    for name in _DTYPE_OPS:
+        for owner, prefix in ((torch, "torch"), (torch.Tensor, "Tensor")):
+            if hasattr(owner, name):
+                _patches.intercept(ctx, owner, name, _dtype_handle, op=f"{prefix}.{name}", select=select)
+
+
+def uninstall() -> None:
+    _patches.restore()

@@ -1,0 +1,161 @@
+"""nn.LSTM / nn.GRU (and LSTMCell / GRUCell) run on the CPU.
+
+On torch-directml 0.2.5 every LSTM forward fails: ``aten::lstm`` decomposes into
+``_thnn_fused_lstm_cell``, which has neither a DirectML nor a CPU kernel
+(``NotImplementedError``; DirectML#613, #654, #677; failure_modes.md #1).  GRU
+(``_thnn_fused_gru_cell``) fails the same way (#2).  Plain ``nn.RNN`` (tanh/relu)
+decomposes into ops DirectML has, so it stays on the device.
+
+The wrappers sit on ``torch._VF.lstm/gru/lstm_cell/gru_cell``, which
+``nn.LSTM.forward`` & co. look up at call time and which receive every weight
+explicitly.  So nothing on the module is swapped (thread-safe), and PackedSequence,
+``hx``, ``batch_first``, bidirectional, several layers, projections and the cells are
+all handled by PyTorch's own ``forward``.
+
+The CPU copy of each weight is made once and refreshed only when the weight changes
+(version counter, data pointer, shape, dtype: optimizer steps, ``load_state_dict``,
+``.data =``).  The cache holds weights weakly: deleting the model frees it; its size
+shows in ``dmlshim.report()``.  When autograd needs it, a weight's cached copy goes
+through ``_CachedToCPU`` so gradients flow back to the device parameter (training
+works).  Inputs and ``hx`` move with differentiable ``.to()``; outputs come back to
+the input's device.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Dict, List, Tuple
+
+import torch
+
+from .. import fallback, trace
+from ._wrap import Context, PatchSet
+
+_patches = PatchSet(__name__)
+
+_FULL = ("lstm", "gru")
+_CELLS = ("lstm_cell", "gru_cell")
+
+
+class _CachedToCPU(torch.autograd.Function):
+    """Forward: the cached CPU copy of ``weight``.  Backward: the gradient, moved to
+    ``weight``'s device."""
+
+    @staticmethod
+    def forward(ctx, weight, cpu_copy):
+        ctx.device = weight.device
+        return cpu_copy
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.device), None
+
+
+class WeightCache:
+    """CPU copies of device weights, keyed by the weight object, held weakly."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: Dict[int, list] = {}    # id(weight) -> [weakref, key, cpu copy]
+
+    @staticmethod
+    def _key(w: torch.Tensor) -> tuple:
+        try:
+            ptr = w.data_ptr()
+        except RuntimeError:                   # no data pointer on this backend
+            ptr = id(w.untyped_storage())
+        # inference tensors have no version counter (and cannot change outside
+        # inference mode): the data pointer alone identifies them
+        version = None if w.is_inference() else w._version
+        return version, ptr, tuple(w.shape), w.dtype
+
+    def cpu(self, w: torch.Tensor) -> torch.Tensor:
+        """The CPU copy of ``w`` (refreshed if ``w`` changed), differentiable to ``w``
+        when autograd needs it."""
+        key = self._key(w)
+        with self._lock:
+            entry = self._entries.get(id(w))
+            if entry is not None and entry[0]() is not w:
+                entry = None                   # id reused by a new tensor
+        if entry is None or entry[1] != key:
+            with torch.no_grad():
+                copy = w.detach().to("cpu")
+            trace.moved(d2h=trace.nbytes(w))
+            wid = id(w)
+            ref = weakref.ref(w, lambda _r, wid=wid: self._forget(wid, _r))
+            entry = [ref, key, copy]
+            with self._lock:
+                self._entries[wid] = entry
+        copy = entry[2]
+        if w.requires_grad and torch.is_grad_enabled():
+            return _CachedToCPU.apply(w, copy)
+        return copy
+
+    def _forget(self, wid: int, ref) -> None:
+        with self._lock:
+            entry = self._entries.get(wid)
+            if entry is not None and entry[0] is ref:
+                del self._entries[wid]
+
+    def size(self) -> Tuple[int, int]:
+        """(tensors, bytes) held."""
+        with self._lock:
+            copies = [e[2] for e in self._entries.values()]
+        return len(copies), sum(trace.nbytes(c) for c in copies)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+cache = WeightCache()
+
+
+def _weight_slots(name: str, args: tuple) -> List[int]:
+    """Positions of the weight arguments.  ``lstm``/``gru`` have two
+    overloads of 9 arguments: ``(input, hx, params, has_biases, ...)`` and the packed
+    ``(data, batch_sizes, hx, params, has_biases, ...)``; cells take
+    ``(input, hx, w_ih, w_hh, b_ih, b_hh)``."""
+    if name in _CELLS:
+        return [2, 3, 4, 5]
+    return [3] if len(args) > 3 and isinstance(args[3], (list, tuple)) else [2]
+
+
+def _handler(name: str):
+    def handle(func, args, kwargs):
+        device = fallback.device_of(args, kwargs)
+        slots = _weight_slots(name, args)
+        d2h = 0
+
+        def to_cpu(x):
+            nonlocal d2h
+            if isinstance(x, torch.Tensor) and not x.is_cpu:
+                d2h += trace.nbytes(x)
+                return x.to("cpu")
+            return x
+
+        with fallback.guard():
+            cpu_args = []
+            for i, a in enumerate(args):
+                if i in slots:
+                    a = ([cache.cpu(w) for w in a] if isinstance(a, (list, tuple))
+                         else (cache.cpu(a) if isinstance(a, torch.Tensor) else a))
+                else:
+                    a = fallback.tree_map(to_cpu, a)
+                cpu_args.append(a)
+            out = func(*cpu_args, **kwargs)
+            h2d = sum(trace.nbytes(t) for t in fallback.tensors_in(out))
+            out = fallback.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, out)
+        trace.moved(h2d=h2d, d2h=d2h)
+        return "cpu", out
+    return handle
+
+
+def install(ctx: Context) -> None:
+    for name in _FULL + _CELLS:
+        _patches.intercept(ctx, torch._VF, name, _handler(name), op=f"_VF.{name}")
+    trace.register_cache("rnn CPU weights", cache.size)
+
+
+def uninstall() -> None:
+    _patches.restore()

@@ -1,0 +1,194 @@
+"""activate()/deactivate(): environment, idempotence, identity, lazy third-party patches."""
+import importlib
+import sys
+import types
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dmlshim
+from dmlshim import patches
+from dmlshim.patches import _wrap
+
+# every attribute the built-in patches wrap, as (owner, name)
+ENTRY_POINTS = [
+    (torch, "mul"), (torch, "multiply"), (torch.Tensor, "mul"), (torch.Tensor, "mul_"),
+    (torch.Tensor, "__mul__"), (torch.Tensor, "__rmul__"), (torch.Tensor, "__imul__"),
+    (torch, "cat"), (torch, "concat"), (torch, "concatenate"), (torch, "stack"),
+    (F, "conv1d"), (F, "conv2d"), (F, "conv3d"), (torch, "conv1d"), (torch, "conv2d"), (torch, "conv3d"),
+    (torch._VF, "lstm"), (torch._VF, "gru"), (torch._VF, "lstm_cell"), (torch._VF, "gru_cell"),
+    (torch.Tensor, "to"), (torch, "cumsum"), (torch.Tensor, "sum"), (torch.Tensor, "softmax"),
+]
+
+
+def _snapshot():
+    return {(id(o), n): (getattr(o, n), n in vars(o)) for o, n in ENTRY_POINTS}
+
+
+@pytest.fixture(autouse=True)
+def _inactive():
+    dmlshim.deactivate()
+    yield
+    dmlshim.deactivate()
+
+
+def test_deactivate_restores_every_attribute_by_identity():
+    before = _snapshot()
+    original_cat = torch.cat
+    dmlshim.activate(fallback="known")
+    assert dmlshim.is_active()
+    assert torch.cat is not original_cat
+    assert all(getattr(o, n) is not before[(id(o), n)][0] for o, n in ENTRY_POINTS)
+    dmlshim.deactivate()
+    assert not dmlshim.is_active()
+    assert torch.cat is original_cat
+    assert _snapshot() == before        # same objects, and inherited ones are inherited again
+
+
+def test_activate_is_idempotent_and_warns_on_different_settings(recwarn):
+    dmlshim.activate(fallback="known", trace=0)
+    wrapped_cat = torch.cat
+    dmlshim.activate(fallback="known", trace=0)      # same settings: silent no-op
+    assert not [w for w in recwarn if "already active" in str(w.message)]
+    with pytest.warns(RuntimeWarning, match="already active"):
+        dmlshim.activate(fallback="off")
+    assert torch.cat is wrapped_cat                  # never double-wrapped
+    assert dmlshim.settings().fallback == "known"
+
+
+def test_activate_deactivate_activate_cycle_works(dml_device):
+    for _ in range(3):
+        dmlshim.activate(fallback="known")
+        x = torch.ones(2, 3, device=dml_device)
+        assert torch.cat([x, torch.ones(0, 3, device=dml_device)]).shape == (2, 3)
+        dmlshim.deactivate()
+    assert patches.installed() == []
+
+
+def test_fallback_off_installs_no_fixes():
+    original_cat = torch.cat
+    dmlshim.activate(fallback="off")
+    assert torch.cat is original_cat and patches.installed() == []
+
+
+@pytest.mark.parametrize("var, value, allowed", [
+    ("DMLSHIM_FALLBACK", "sometimes", "auto, known, off"),
+    ("DMLSHIM_TRACE", "/no/such/folder/trace.jsonl", "0, 1 or a"),
+    ("DMLSHIM_DEVICE", "gpu", "auto, directml"),
+    ("INFERENCE_DEVICE", "cuda:x", "auto, directml"),
+])
+def test_bad_environment_values_name_the_variable(monkeypatch, var, value, allowed):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError) as info:
+        dmlshim.activate()
+    assert var in str(info.value) and allowed in str(info.value) and repr(value) in str(info.value)
+    assert not dmlshim.is_active()
+
+
+@pytest.mark.parametrize("kwargs", [{"fallback": "maybe"}, {"trace": 2.5}, {"target": "cpu"},
+                                    {"target": "privateuseone:0"}])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError, match="allowed"):
+        dmlshim.activate(**kwargs)
+
+
+def test_environment_is_read_at_call_time(monkeypatch):
+    monkeypatch.setenv("DMLSHIM_FALLBACK", "off")
+    import dmlshim.config  # noqa: F401  (already imported: the env must still be re-read)
+    dmlshim.activate()
+    assert dmlshim.settings().fallback == "off"
+    dmlshim.deactivate()
+    monkeypatch.setenv("DMLSHIM_FALLBACK", "known")
+    monkeypatch.setenv("INFERENCE_DEVICE", "cpu")
+    dmlshim.activate()
+    assert dmlshim.settings().fallback == "known" and dmlshim.settings().device == "cpu"
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="off")               # an argument wins over the environment
+    assert dmlshim.settings().fallback == "off"
+
+
+def test_someone_else_wrapping_after_us_is_left_alone_and_ours_goes_inactive(dml_device):
+    dmlshim.activate(fallback="known")
+    ours = torch.cat
+    calls = []
+
+    def theirs(tensors, *args, **kwargs):
+        calls.append(len(tensors))
+        return ours(tensors, *args, **kwargs)
+
+    torch.cat = theirs
+    try:
+        with pytest.warns(RuntimeWarning, match="replaced after dmlshim wrapped it"):
+            dmlshim.deactivate()
+        assert torch.cat is theirs
+        x = torch.ones(2, 3, device=dml_device)
+        dmlshim.trace.reset()
+        torch.cat([x, x])
+        assert calls == [2] and dmlshim.report().rows == []   # our inner wrapper is transparent
+    finally:
+        torch.cat = _wrap.original(torch, "cat")
+
+
+# --------------------------------------------------------------- third-party: lazy install
+
+@pytest.fixture
+def fake_library(tmp_path, monkeypatch):
+    """A third-party package ``fakelib`` (not imported yet) and a registered patch module
+    ``dmlshim.patches.fakelib`` that wraps ``fakelib.core.scale`` by module name."""
+    name = f"fakelib_{tmp_path.name.replace('-', '_')}"
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text("def scale(x):\n    return x * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    patch_module = types.ModuleType(f"dmlshim.patches.{name}")
+    patch_set = _wrap.PatchSet(patch_module.__name__)
+    patch_module.installs = 0
+
+    def install(ctx):
+        patch_module.installs += 1
+        patch_set.wrap(f"{name}.core", "scale", lambda wrapped, inst, args, kw: wrapped(*args, **kw) + 1)
+
+    patch_module.install = install
+    patch_module.uninstall = patch_set.restore
+    monkeypatch.setitem(sys.modules, patch_module.__name__, patch_module)
+    monkeypatch.setattr(patches, "REGISTRY",
+                        patches.REGISTRY + (patches.Patch(name, "test library", imports=(name,)),))
+    yield name, patch_module
+    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[mod]
+
+
+def test_third_party_patch_installs_when_imported_after_activate(fake_library):
+    name, patch_module = fake_library
+    dmlshim.activate(fallback="known")
+    assert patch_module.installs == 0 and name not in patches.installed()
+    core = importlib.import_module(f"{name}.core")
+    assert patch_module.installs == 1 and core.scale(1) == 3
+    dmlshim.deactivate()
+    assert core.scale(1) == 2 and isinstance(core.scale, types.FunctionType)
+
+
+def test_third_party_patch_installs_when_imported_before_activate_and_after_reactivate(fake_library):
+    name, patch_module = fake_library
+    core = importlib.import_module(f"{name}.core")
+    plain = core.scale
+    dmlshim.activate(fallback="known")
+    assert core.scale(1) == 3
+    dmlshim.deactivate()
+    assert core.scale is plain
+    dmlshim.activate(fallback="known")              # wrapt hooks cannot be removed: no double fire
+    assert core.scale(1) == 3 and patch_module.installs == 2
+    dmlshim.deactivate()
+    assert core.scale is plain
+
+
+def test_lazy_install_cancelled_by_deactivate(fake_library):
+    name, patch_module = fake_library
+    dmlshim.activate(fallback="known")
+    dmlshim.deactivate()
+    core = importlib.import_module(f"{name}.core")
+    assert patch_module.installs == 0 and core.scale(1) == 2

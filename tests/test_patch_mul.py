@@ -1,0 +1,169 @@
+"""mul patch: float x bool must not become bool on DirectML (DirectML#686, #737; #17)."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch.testing import assert_close
+
+import dmlshim
+from dmlshim import patches
+from dmlshim.patches import conv as conv_patch
+
+exact = dict(rtol=0, atol=0)
+
+
+@pytest.fixture
+def shim():
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    yield
+    dmlshim.deactivate()
+
+
+@pytest.fixture
+def data(dml_device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, generator=g)
+    m = torch.rand(3, 5, generator=g) > 0.5
+    return x, m, x.to(dml_device), m.to(dml_device)
+
+
+def _out_mul(a, b):
+    out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), dtype=torch.result_type(a, b), device=a.device)
+    torch.mul(a, b, out=out)
+    return out
+
+
+def _imul(a, b):
+    a = a.clone()
+    a *= b
+    return a
+
+
+FORMS = {
+    "x * m": lambda x, m: x * m,
+    "m * x": lambda x, m: m * x,
+    "torch.mul": lambda x, m: torch.mul(x, m),
+    "torch.multiply": lambda x, m: torch.multiply(m, x),
+    "Tensor.mul": lambda x, m: x.mul(m),
+    "Tensor.mul kwarg": lambda x, m: x.mul(other=m),
+    "Tensor.multiply": lambda x, m: m.multiply(x),
+    "Tensor.mul_": lambda x, m: x.clone().mul_(m),
+    "x *= m": _imul,
+    "out=": _out_mul,
+    "2.5 * m": lambda x, m: 2.5 * m,
+    "m * x (half)": lambda x, m: m * x.half(),
+}
+
+
+@pytest.mark.parametrize("form", ["x * m", "m * x", "torch.mul", "Tensor.mul"])
+def test_without_shim_float_times_bool_is_bool(dml_device, data, form):
+    dmlshim.deactivate()
+    x, m, xd, md = data
+    assert FORMS[form](xd, md).dtype == torch.bool          # the DirectML bug: values lost
+    assert FORMS[form](x, m).dtype == torch.float32
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_with_shim_every_entry_point_equals_cpu(shim, data, form):
+    x, m, xd, md = data
+    expected = FORMS[form](x, m)
+    got = FORMS[form](xd, md)
+    assert got.device == xd.device
+    assert_close(got.cpu(), expected, **exact)              # checks dtype too
+
+
+def test_inplace_returns_the_same_tensor(shim, data):
+    _, _, xd, md = data
+    y = xd.clone()
+    assert y.mul_(md) is y and y.dtype == torch.float32
+
+
+def test_stats_count_coercions(shim, data):
+    _, _, xd, md = data
+    dmlshim.trace.reset()
+    xd * md
+    xd * xd                                                 # float x float: fast path, not counted
+    rows = {r["op"]: r for r in dmlshim.report().rows}
+    assert rows["Tensor.__mul__"]["actions"] == {"coerce": 1}
+    assert rows["Tensor.__mul__"]["h2d"] == rows["Tensor.__mul__"]["d2h"] == 0
+
+
+def test_autograd_through_coerced_mul(shim, dml_device, data):
+    x, m, _, md = data
+    xd = x.to(dml_device).requires_grad_()
+    xc = x.clone().requires_grad_()
+    (xd * md * xd).sum().backward()
+    (xc * m * xc).sum().backward()
+    assert_close(xd.grad.cpu(), xc.grad, **exact)
+
+
+SHAPES = st.lists(st.integers(0, 4), min_size=0, max_size=3)
+FLOATS = st.sampled_from([torch.float32, torch.float16, torch.int64, torch.bool])
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=SHAPES, ones=st.lists(st.booleans(), min_size=3, max_size=3), dtype=FLOATS,
+       bool_first=st.booleans(), seed=st.integers(0, 2**16))
+def test_property_mul_with_bool_equals_cpu(dml_device, shape, ones, dtype, bool_first, seed):
+    """Broadcast shapes (some dims 1), empty tensors, several dtypes, either order."""
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    try:
+        g = torch.Generator().manual_seed(seed)
+        other_shape = [1 if one else n for n, one in zip(shape, ones)]
+        x = (torch.randn(shape, generator=g) * 10).to(dtype)
+        m = torch.rand(other_shape, generator=g) > 0.5
+        a, b = (m, x) if bool_first else (x, m)
+        assert_close((a.to(dml_device) * b.to(dml_device)).cpu(), a * b, **exact)
+        y = x.clone().to(dml_device)
+        if dtype != torch.bool and list(torch.broadcast_shapes(x.shape, m.shape)) == list(x.shape):
+            y.mul_(m.to(dml_device))
+            assert_close(y.cpu(), x * m, **exact)
+    finally:
+        dmlshim.deactivate()
+
+
+# ----------------------------------------------------------- FunASR SANM: silent corruption
+
+class SanmMemoryBlock(torch.nn.Module):
+    """FunASR's SANM ``forward_fsmn`` shape: ``inputs = inputs * mask`` then a depthwise
+    ``Conv1d`` over time (sanm/attention.py:229,238)."""
+
+    def __init__(self, d=8, k=5):
+        super().__init__()
+        self.fsmn = torch.nn.Conv1d(d, d, k, padding=k // 2, groups=d, bias=False)
+
+    def forward(self, x, mask):                 # x [B, T, D] float, mask [B, T, 1] bool
+        x = x * mask
+        return self.fsmn(x.transpose(1, 2)).transpose(1, 2) + x
+
+
+def test_sanm_block_naive_conv_cast_is_wrong_and_shim_is_right(dml_device):
+    torch.manual_seed(0)
+    block = SanmMemoryBlock().eval()
+    x = torch.randn(2, 11, 8)
+    mask = torch.ones(2, 11, 1, dtype=torch.bool)
+    mask[1, 7:] = False
+    with torch.no_grad():
+        expected = block(x, mask)
+        block.to(dml_device)
+        xd, md = x.to(dml_device), mask.to(dml_device)
+
+        dmlshim.deactivate()
+        with pytest.raises(RuntimeError):       # raw DirectML: conv1d gets a bool input
+            block(xd, md)
+
+        ctx = patches.Context(target=dml_device.type)   # the naive fix: cast at conv1d only
+        conv_patch.install(ctx)
+        try:
+            naive = block(xd, md).cpu()
+        finally:
+            ctx.active = False
+            conv_patch.uninstall()
+        assert not torch.allclose(naive, expected)     # runs, but on 0/1 values
+
+        dmlshim.activate(fallback="known", trace=0)
+        try:
+            assert_close(block(xd, md).cpu(), expected, **exact)
+        finally:
+            dmlshim.deactivate()
