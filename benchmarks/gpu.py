@@ -1,0 +1,230 @@
+"""GPU benchmark: the shim's device round trips measured over a real PCIe bus.
+
+``dmlshim.activate(target="cuda")`` makes the DirectML-coverage patches act on
+CUDA tensors: the LSTM runs on the CPU (cached weights), empty inputs are dropped
+from cat, float x bool muls are coerced. On an NVIDIA GPU that prices what the
+shim does on DirectML. Compared side by side, interleaved, in one process:
+
+* LSTM at FunASR's size (512 -> 512, bidirectional, batch 1, 750 steps): native
+  cuDNN, the shim's CPU fallback, and the LSTM kept on the device decomposed into
+  DirectML-native ops (``lstm_strategies.py``), plus a plain CPU LSTM.
+* Paraformer at paraformer-zh size (SeacoParaformer, random weights from
+  ``examples/funasr_models.py``) through ``funasr.AutoModel.generate``: latency on
+  5 s and 11 s of audio, and throughput (utterances/s) on a list of 5 s
+  utterances, for pure CUDA, CUDA + shim, CUDA + shim with the LSTM decomposed,
+  and the CPU. The goal is >= 0.8x pure-CUDA throughput with the shim.
+
+Not part of CI (``benchmarks/run.py`` runs it only when named: ``--only gpu``).
+Without a GPU, ``--dry-run`` runs the same code on the emulated DirectML device
+(``dmlshim.emulation``, target "privateuseone") with tiny sizes: it proves the
+code path, its timings mean nothing. There "native" variants fail, as they do
+on DirectML, and are listed under ``extra["failed"]``.
+
+    python benchmarks/gpu.py [--quick] [--json PATH]   # CUDA machine
+    python benchmarks/gpu.py --dry-run                  # anywhere
+"""
+import os
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import timing
+from lstm_strategies import decomposed_lstms, lstm_forward
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT))
+
+import dmlshim  # noqa: E402
+
+
+class Bench:
+    """Device under test, sizes and the shim switch for one run."""
+
+    def __init__(self, dry_run, quick):
+        from funasr_models import build
+
+        self.dry_run, self.quick = dry_run, quick
+        # built before the emulator is installed: torch.random.fork_rng in build()
+        # would look for the emulated device's RNG state
+        self.model_dir = str(build("seaco", "tiny" if dry_run else "real"))
+        if dry_run:
+            from dmlshim import emulation
+            self.device, self.target = emulation.install(), "privateuseone"
+        elif torch.cuda.is_available():
+            self.device, self.target = torch.device("cuda"), "cuda"
+            # price float64 as on most DirectML GPUs (failure_modes.md #7): the dtypes
+            # patch asks devices.has_float64_support at call time, so CUDA answers False
+            dmlshim.devices.has_float64_support = lambda device=None: False
+        else:
+            sys.exit("gpu.py: CUDA is not available; --dry-run checks the code path "
+                     "on the emulated DirectML device instead")
+        self.dev = "cuda" if self.target == "cuda" else "dml"  # variant name prefix
+        self.repeats = 2 if dry_run else 5 if quick else 15
+        self.failed = {}
+
+    def shim(self, on):
+        """activate()/deactivate() the shim for the device under test (untimed setup)."""
+        def switch():
+            if on and not dmlshim.is_active():
+                dmlshim.activate(target=self.target)
+            elif not on and dmlshim.is_active():
+                dmlshim.deactivate()
+        return switch
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def runnable(self, case, variants, setup):
+        """Run each variant once (with its setup); drop those that raise, noting why."""
+        ok = {}
+        for name, fn in variants.items():
+            setup[name]()
+            try:
+                fn()
+                ok[name] = fn
+            except Exception as exc:  # e.g. the native LSTM on (emulated) DirectML
+                first_line = (str(exc).strip().splitlines() or [""])[0]
+                self.failed[f"{case}: {name}"] = f"{type(exc).__name__}: {first_line}"[:300]
+        return ok
+
+    def measure(self, case, variants, setup, baseline, note=""):
+        """Rows for the variants that run; ratio against ``baseline``, else against "cpu"."""
+        variants = self.runnable(case, variants, setup)
+        t = timing.measure(variants, repeats=self.repeats, warmup=1, setup=setup)
+        base = baseline if baseline in t else "cpu"
+        return timing.rows(case, t, base, note)
+
+
+def lstm_rows(b):
+    """One LSTM forward: native, shim CPU fallback, decomposed on device, CPU."""
+    size, steps = (16, 20) if b.dry_run else (512, 750)
+    lstm_cpu = torch.nn.LSTM(size, size, batch_first=True, bidirectional=True).eval()
+    lstm_dev = torch.nn.LSTM(size, size, batch_first=True, bidirectional=True).eval()
+    lstm_dev.load_state_dict(lstm_cpu.state_dict())
+    lstm_dev.to(b.device)
+    x_cpu = torch.randn(1, steps, size)
+    x_dev = x_cpu.to(b.device)
+
+    def on_device(fn):
+        def run():
+            with torch.inference_mode():
+                out = fn()
+            b.sync()
+            return out
+        return run
+
+    variants = {
+        "cpu": on_device(lambda: lstm_cpu(x_cpu)[0]),
+        f"{b.dev} native": on_device(lambda: lstm_dev(x_dev)[0]),
+        f"{b.dev}+shim: LSTM on CPU": on_device(lambda: lstm_dev(x_dev)[0]),
+        f"{b.dev}: LSTM decomposed": on_device(lambda: lstm_forward(lstm_dev, x_dev)[0]),
+    }
+    setup = {name: b.shim("shim" in name) for name in variants}
+    rows = b.measure(f"LSTM {size}->{size} bi, {steps} steps", variants, setup,
+                     baseline=f"{b.dev} native")
+    ref = variants["cpu"]()
+    parity = {}
+    for row in rows:
+        setup[row["variant"]]()
+        parity[row["variant"]] = (variants[row["variant"]]().cpu() - ref).abs().max().item()
+    b.shim(False)()
+    return rows, {"lstm_max_abs_diff_vs_cpu": parity}
+
+
+def audio(seconds):
+    """examples/data/zh.wav (16 kHz) repeated or cut to ``seconds``: float32 array."""
+    with wave.open(str(ROOT / "examples" / "data" / "zh.wav")) as w:
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    n = int(seconds * 16000)
+    return (np.tile(pcm, -(-n // len(pcm)))[:n] / 32768.0).astype(np.float32)
+
+
+def paraformer_rows(b):
+    """AutoModel.generate latency and throughput: CPU, native, shim, shim + decomposed LSTM."""
+    from funasr import AutoModel
+
+    size = "tiny" if b.dry_run else "real"
+    ncpu = os.cpu_count()
+
+    def load(device):
+        return AutoModel(model=b.model_dir, device=str(device), ncpu=ncpu,
+                         disable_update=True, disable_pbar=True, disable_log=True)
+
+    models = {"cpu": load("cpu"), "dev": load(b.device), "decomposed": load(b.device)}
+    names = {"cpu": "cpu", "native": f"{b.dev} native", "shim": f"{b.dev}+shim",
+             "decomposed": f"{b.dev}+shim, LSTM decomposed"}
+    setup = {names["cpu"]: b.shim(False), names["native"]: b.shim(False),
+             names["shim"]: b.shim(True), names["decomposed"]: b.shim(True)}
+
+    def variants(inputs, batch_size):
+        def gen(model):
+            return lambda: model.generate(input=inputs, batch_size=batch_size)
+        return {names["cpu"]: gen(models["cpu"]), names["native"]: gen(models["dev"]),
+                names["shim"]: gen(models["dev"]), names["decomposed"]: gen(models["decomposed"])}
+
+    rows, texts = [], {}
+    lengths = [2] if b.dry_run else [5] if b.quick else [5, 11]
+    with decomposed_lstms(models["decomposed"].model) as swapped:
+        for seconds in lengths:
+            v = variants(audio(seconds), 1)
+            case_rows = b.measure(f"paraformer-{size} latency, {seconds} s audio", v, setup,
+                                  baseline=names["native"])
+            texts[seconds] = {}
+            for row in case_rows:
+                setup[row["variant"]]()
+                texts[seconds][row["variant"]] = v[row["variant"]]()[0]["text"]
+            rows += case_rows
+        shim_share = shim_report(b, v[names["shim"]], case_rows)
+        n, seconds = (2, 2) if b.dry_run else (8, 5) if b.quick else (32, 5)
+        case = f"paraformer-{size} throughput, {n} x {seconds} s, batch 1"
+        for row in b.measure(case, variants([audio(seconds)] * n, 1), setup,
+                             baseline=names["native"]):
+            row["note"] = f"{n / row['median_s']:.2f} utt/s"
+            rows.append(row)
+    b.shim(False)()
+    same = {s: len(set(t.values())) == 1 for s, t in texts.items()}
+    return rows, {"paraformer_size": size, "lstms_decomposed": swapped,
+                  "transcripts_identical_across_variants": same, **shim_share}
+
+
+def shim_report(b, run_shim, case_rows):
+    """dmlshim.report() for one shim run of the last latency case, and the shim's share of it."""
+    b.shim(True)()
+    dmlshim.trace.reset()
+    run_shim()
+    report = dmlshim.report().to_dict()
+    b.shim(False)()
+    median = next((r["median_s"] for r in case_rows if r["variant"].endswith("+shim")), None)
+    inside = sum(op["seconds"] for op in report["ops"])
+    return {"shim_report_one_run": report,
+            "shim_seconds_one_run": inside,
+            "shim_share_of_median": inside / median if median else None}
+
+
+def main():
+    parser = timing.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true",
+                        help="no GPU: emulated DirectML device, tiny sizes (checks the code path)")
+    args = parser.parse_args()
+    b = Bench(args.dry_run, args.quick)
+    rows, extra = [], {"device": str(b.device), "target": b.target, "dry_run": b.dry_run}
+    if b.device.type == "cuda":
+        extra["gpu"] = torch.cuda.get_device_name()
+    for part in (lstm_rows, paraformer_rows):
+        part_rows, part_extra = part(b)
+        rows += part_rows
+        extra.update(part_extra)
+    extra["failed"] = b.failed
+    timing.finish(args, "gpu", rows, extra)
+    if b.failed:
+        print("\nfailed variants (not timed):", *(f"  {k}: {v}" for k, v in b.failed.items()),
+              sep="\n")
+
+
+if __name__ == "__main__":
+    main()
