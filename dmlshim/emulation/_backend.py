@@ -168,6 +168,17 @@ def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_me
     return to_device(torch.empty_strided(size, stride, dtype=dtype, layout=layout))
 
 
+def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    # .cpu(), .to(dtype) and .to(other device) from the device in one kernel
+    # (without it: empty_strided + copy_ -> _copy_from, two Python kernels).
+    to_dml = device is None or torch.device(device).type == DEVICE_TYPE
+    out = torch.ops.aten._to_copy.default(
+        cpu_alias(self), dtype=dtype, layout=layout, device=_CPU if to_dml else device,
+        pin_memory=pin_memory, non_blocking=non_blocking, memory_format=memory_format)
+    return to_device(out) if to_dml else out
+
+
 def _copy_from(self, dst, non_blocking=False):
     src = cpu_alias(self) if self.device.type == DEVICE_TYPE else self
     target = cpu_alias(dst) if dst.device.type == DEVICE_TYPE else dst
@@ -227,6 +238,7 @@ def _convolution_backward(grad_output, input, weight, stride, padding, dilation,
 _HAND_WRITTEN = {
     "empty.memory_format": _empty,
     "empty_strided": _empty_strided,
+    "_to_copy": _to_copy,
     "_copy_from": _copy_from,
     "_copy_from_and_resize": _copy_from_and_resize,
     "resize_": _resize_,

@@ -1,5 +1,7 @@
 """Configuration, per-op records, and the per-call policy of the emulated device."""
 import dataclasses
+import os
+import sys
 import threading
 import warnings
 from typing import Optional, Tuple
@@ -10,6 +12,7 @@ from . import _backend, localized, routing
 from .rules import Rule, default_rules
 
 UNKNOWN_OPS = ("native", "cpu_fallback", "error")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +123,16 @@ def _warn_fallback(name):
     if _warned and not (config.warn_always or torch.is_warn_always_enabled()):
         return
     _warned = True
-    warnings.warn(routing.fallback_warning(name), UserWarning, stacklevel=4)
+    warnings.warn(routing.fallback_warning(name), UserWarning, stacklevel=_caller_level())
+
+
+def _caller_level():
+    # Attribute the warning to the first frame outside the emulator.
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        level += 1
+        frame = frame.f_back
+    return level
 
 
 def rearm_fallback_warning():

@@ -195,6 +195,9 @@ def _requested_dtype(*args, **kwargs):
 
 
 def _unsupported_dtype(*args, **kwargs):
+    device = kwargs.get("device") if kwargs else None
+    if device is not None and torch.device(device).type == "cpu":
+        return False  # _to_copy from the device to the CPU
     return _requested_dtype(*args, **kwargs) in _UNSUPPORTED_DTYPES
 
 
@@ -252,7 +255,8 @@ def default_rules():
              message="The GPU device does not support Double (Float64) operations!",
              source="failure_modes.md #7: `1.0 - x` wraps 1.0 as a Double scalar "
                     "(workaround: `-x + 1.0`)"),
-        Rule(("empty.memory_format", "empty_strided", "view.dtype"), when=_unsupported_dtype,
+        Rule(("empty.memory_format", "empty_strided", "_to_copy", "view.dtype"),
+             when=_unsupported_dtype,
              error=FatalDirectMLError, message=_fatal_dtype_message,
              source="failure_modes.md #8, #9; microsoft/DirectML#688, #421, #704 "
                     "(process abort)"),
