@@ -127,15 +127,14 @@ def info() -> Dict[str, Any]:
         "torch_directml": getattr(dml, "__version__", None) if dml is not None else None,
         "available": {k: available(k) for k in ORDER},
         "directml_adapters": directml_adapters(),
-        "selected": str(select_device()) if _safe_select() else None,
+        "selected": _selected(),
         "env": {k: os.environ[k] for k in ("DMLSHIM_DEVICE", "INFERENCE_DEVICE", "DMLSHIM_TRACE",
                                            "DMLSHIM_FALLBACK") if k in os.environ},
     }
 
 
-def _safe_select() -> bool:
+def _selected() -> str:
     try:
-        select_device()
-        return True
-    except ValueError:
-        return False
+        return str(select_device())
+    except ValueError as exc:
+        return f"none: {exc}"

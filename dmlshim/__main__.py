@@ -1,0 +1,75 @@
+"""Command line: ``python -m dmlshim info`` (more subcommands register in ``COMMANDS``).
+
+Each subcommand is a function ``(args) -> exit code`` plus an ``add_<name>_arguments``
+style setup; add one by writing both and listing it in ``COMMANDS``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Dict, List, Optional, Tuple
+
+
+def _info_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def info(args: argparse.Namespace) -> int:
+    """Versions, backends, DirectML adapters with float64 support, patches."""
+    import dmlshim
+    from dmlshim import devices, patches
+
+    data = devices.info()
+    data["dmlshim"] = dmlshim.__version__
+    data["active"] = dmlshim.is_active()
+    data["installed_patches"] = patches.installed()
+    data["registered_patches"] = [{"name": p.name, "doc": p.doc, "imports": list(p.imports)}
+                                  for p in patches.REGISTRY]
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"dmlshim        {data['dmlshim']}")
+    print(f"torch          {data['torch']}")
+    print(f"torch-directml {data['torch_directml'] or 'not installed'}")
+    print("backends       " + "  ".join(f"{k}={'yes' if v else 'no'}" for k, v in data["available"].items()))
+    print(f"selected       {data['selected']}")
+    if data["directml_adapters"]:
+        for a in data["directml_adapters"]:
+            print(f"DirectML {a['index']}     {a['name']} (float64: {'yes' if a['float64'] else 'no'})")
+    else:
+        print("DirectML       no adapter (torch-directml missing or no DirectX 12 GPU): patches stay dormant")
+    for k, v in data["env"].items():
+        print(f"env            {k}={v}")
+    print(f"active         {'yes: ' + ', '.join(data['installed_patches']) if data['active'] else 'no'}")
+    print("patches (registry; installed by dmlshim.activate()):")
+    for p in patches.REGISTRY:
+        lazy = f" [on import of {', '.join(p.imports)}]" if p.imports else ""
+        print(f"  {p.name:<9} {p.doc}{lazy}")
+    return 0
+
+
+# name -> (help, add-arguments, run)
+COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "info": ("versions, devices, float64 support, patches", _info_arguments, info),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m dmlshim",
+                                     description="Run real PyTorch models on DirectML with CPU-identical outputs.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (help_, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        add_arguments(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

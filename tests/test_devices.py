@@ -1,0 +1,75 @@
+"""Device selection, float64 support, and `python -m dmlshim info`."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dmlshim import devices, select_device
+
+
+def test_auto_picks_the_best_available(monkeypatch):
+    monkeypatch.delenv("DMLSHIM_DEVICE", raising=False)
+    monkeypatch.delenv("INFERENCE_DEVICE", raising=False)
+    expected = next(k for k in devices.ORDER if devices.available(k))
+    assert select_device().type == {"directml": "privateuseone"}.get(expected, expected)
+
+
+def test_order_is_cuda_directml_xpu_mps_cpu(monkeypatch):
+    monkeypatch.setattr(devices, "available", lambda kind: kind in ("directml", "mps", "cpu"))
+    monkeypatch.setattr(devices, "_make", lambda kind, index: kind)
+    assert select_device("auto") == "directml"
+    monkeypatch.setattr(devices, "available", lambda kind: kind in ("cuda", "directml", "cpu"))
+    assert select_device("auto") == "cuda"
+
+
+@pytest.mark.parametrize("var", ["DMLSHIM_DEVICE", "INFERENCE_DEVICE"])
+def test_environment_forces_a_device(monkeypatch, var):
+    monkeypatch.delenv("DMLSHIM_DEVICE", raising=False)
+    monkeypatch.setenv(var, "cpu")
+    assert select_device() == torch.device("cpu")
+
+
+def test_dmlshim_device_wins_over_alias(monkeypatch):
+    monkeypatch.setenv("DMLSHIM_DEVICE", "cpu")
+    monkeypatch.setenv("INFERENCE_DEVICE", "not-a-device")
+    assert select_device() == torch.device("cpu")
+
+
+def test_unavailable_or_unknown_device_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(devices, "available", lambda kind: kind == "cpu")
+    with pytest.raises(ValueError, match="'cuda' was requested .* not available here; available: cpu"):
+        select_device("cuda")
+    monkeypatch.setenv("DMLSHIM_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="DMLSHIM_DEVICE='tpu': allowed values are auto, directml"):
+        select_device()
+
+
+def test_has_float64_support(dml_device):
+    assert devices.has_float64_support("cpu") is True
+    assert devices.has_float64_support(torch.device("cuda")) is True
+
+
+@pytest.mark.emulated_only
+def test_has_float64_support_follows_the_emulator(dml_device):
+    from dmlshim import emulation
+    try:
+        emulation.configure(has_float64_support=False)
+        assert devices.has_float64_support(dml_device) is False
+        emulation.configure(has_float64_support=True)
+        assert devices.has_float64_support(dml_device) is True
+    finally:
+        emulation.configure()
+
+
+def test_info_command():
+    done = subprocess.run([sys.executable, "-m", "dmlshim", "info"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"torch          {torch.__version__}" in done.stdout
+    assert "torch-directml" in done.stdout and "backends" in done.stdout
+    for name in ("mul", "conv", "rnn", "cat", "dtypes"):
+        assert f"  {name} " in done.stdout
+    done = subprocess.run([sys.executable, "-m", "dmlshim", "nonsense"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "invalid choice" in done.stderr

@@ -1,0 +1,123 @@
+"""dtypes patch: float64 (#7), bf16/complex (#8, #9) on DirectML."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import dmlshim
+from dmlshim import devices
+from dmlshim.patches import dtypes as dtypes_patch
+
+exact = dict(rtol=0, atol=0)
+
+
+@pytest.fixture
+def shim(monkeypatch):
+    monkeypatch.setattr(dtypes_patch, "_warned_float64", False)
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    dmlshim.trace.reset()
+    yield
+    dmlshim.deactivate()
+
+
+@pytest.fixture
+def no_float64(dml_device):
+    if devices.has_float64_support(dml_device):
+        pytest.skip("this device has float64")
+
+
+@pytest.fixture
+def emulated_float64(dml_device):
+    from dmlshim import emulation
+    emulation.configure(has_float64_support=True)
+    yield
+    emulation.configure()
+
+
+def test_without_shim_float64_math_fails(dml_device, no_float64):
+    dmlshim.deactivate()
+    alphas = torch.rand(2, 9).to(dml_device)
+    with pytest.raises(RuntimeError, match="Float64"):
+        torch.cumsum(alphas, dim=1, dtype=torch.float64)
+
+
+@pytest.mark.emulated_only
+def test_without_shim_bf16_transfer_aborts(dml_device):
+    from dmlshim import emulation
+    dmlshim.deactivate()
+    with pytest.raises(emulation.FatalDirectMLError):
+        torch.ones(2, dtype=torch.bfloat16).to(dml_device)
+
+
+CALLS = {
+    "funasr cif cumsum": lambda x: torch.cumsum(x, dim=1, dtype=torch.float64).to(torch.float32),
+    "Tensor.cumsum": lambda x: x.cumsum(1, dtype=torch.float64),
+    "torch.sum": lambda x: torch.sum(x, 1, dtype=torch.float64),
+    "Tensor.mean": lambda x: x.mean(dtype=torch.float64),
+    "F.softmax": lambda x: F.softmax(x, dim=-1, dtype=torch.float64),
+    "torch.log_softmax positional": lambda x: torch.log_softmax(x, 1, torch.float64),
+    "Tensor.prod": lambda x: (x + 1).prod(1, dtype=torch.float64),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_float64_ops_compute_on_cpu_and_return_float32(shim, dml_device, no_float64, name):
+    x = torch.rand(2, 9, generator=torch.Generator().manual_seed(0))
+    expected = CALLS[name](x).to(torch.float32)            # float64 math, then float32
+    got = CALLS[name](x.to(dml_device))
+    assert got.device == dml_device and got.dtype == torch.float32
+    assert_close(got.cpu(), expected, **exact)
+
+
+def test_float64_to_device_becomes_float32_with_one_warning(shim, dml_device, no_float64):
+    x = torch.randn(4, dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match="float64 tensors moved there become float32"):
+        y = x.to(dml_device)
+    assert y.dtype == torch.float32 and y.device == dml_device
+    assert_close(y.cpu(), x.float(), **exact)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                     # only one warning per process
+        z = x.to(dml_device, non_blocking=False)
+        w = torch.randn(2, 2).to(device=dml_device, dtype=torch.float64)
+    assert z.dtype == w.dtype == torch.float32
+
+
+def test_double_model_to_device(shim, dml_device, no_float64):
+    model = torch.nn.Linear(3, 2).double()
+    x = torch.randn(4, 3, dtype=torch.float64)
+    expected = model.float()(x.float())
+    model = model.double()
+    with pytest.warns(RuntimeWarning):
+        model.to(dml_device)
+    assert isinstance(model.weight, torch.nn.Parameter) and model.weight.dtype == torch.float32
+    assert_close(model(x.to(dml_device)).cpu(), expected, **exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.complex64])
+def test_bf16_and_complex_stopped_before_transfer(shim, dml_device, dtype):
+    with pytest.raises(TypeError, match="DirectML aborts the process"):
+        torch.ones(2, dtype=dtype).to(dml_device)
+    with pytest.raises(TypeError, match="model.float"):
+        torch.ones(2).to(dml_device, dtype)
+    assert torch.ones(2, dtype=dtype).to("cpu").dtype == dtype       # CPU moves are untouched
+
+
+@pytest.mark.emulated_only
+def test_device_with_float64_is_left_alone(shim, dml_device, emulated_float64):
+    x = torch.randn(3, dtype=torch.float64)
+    assert x.to(dml_device).dtype == torch.float64
+    assert torch.cumsum(torch.rand(2, 3).to(dml_device), 1, dtype=torch.float64).dtype == torch.float64
+    assert dmlshim.report().rows == [] or all(
+        set(r["actions"]) <= {"pass"} for r in dmlshim.report().rows)
+
+
+def test_autograd_through_float64_fallback(shim, dml_device, no_float64):
+    x = torch.rand(2, 5)
+    xd = x.to(dml_device).requires_grad_()
+    xc = x.clone().requires_grad_()
+    (torch.cumsum(xd, 1, dtype=torch.float64) * torch.arange(5).to(dml_device)).sum().backward()
+    (torch.cumsum(xc, 1, dtype=torch.float64).float() * torch.arange(5)).sum().backward()
+    assert_close(xd.grad.cpu(), xc.grad, **exact)

@@ -1,0 +1,192 @@
+"""rnn patch: LSTM/GRU have no DirectML or CPU kernel (DirectML#613, #654, #677; #1, #2)."""
+import copy
+import gc
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch.nn.utils.rnn import pack_padded_sequence
+from torch.testing import assert_close
+
+import dmlshim
+from dmlshim.patches import rnn as rnn_patch
+
+exact = dict(rtol=0, atol=0)
+
+
+@pytest.fixture
+def shim():
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    dmlshim.trace.reset()
+    yield
+    dmlshim.deactivate()
+
+
+def _pair(module, device):
+    """(cpu module, identical module on device)."""
+    return module, copy.deepcopy(module).to(device)
+
+
+def _to(obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "batch_sizes"):       # PackedSequence
+        return obj.to(device)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to(x, device) for x in obj)
+    return obj
+
+
+def _assert_same(got, expected):
+    got = _to(got, "cpu")
+    for g, e in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(expected)):
+        if isinstance(e, torch.Tensor):
+            assert_close(g, e, **exact)
+
+
+@pytest.mark.parametrize("kind, fused", [(torch.nn.LSTM, "_thnn_fused_lstm_cell"),
+                                         (torch.nn.GRU, "_thnn_fused_gru_cell"),
+                                         (torch.nn.LSTMCell, "_thnn_fused_lstm_cell"),
+                                         (torch.nn.GRUCell, "_thnn_fused_gru_cell")])
+def test_without_shim_fails_like_directml(dml_device, kind, fused):
+    dmlshim.deactivate()
+    module = kind(4, 3).to(dml_device)
+    x = torch.randn(5, 4).to(dml_device)
+    with pytest.raises(NotImplementedError, match=fused):
+        module(x)
+
+
+@pytest.mark.parametrize("kind", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("batch_first, bidirectional, layers, with_hx", [
+    (False, False, 1, False), (True, True, 2, True), (False, True, 3, False), (True, False, 2, True)])
+def test_full_rnn_equals_cpu(shim, dml_device, kind, batch_first, bidirectional, layers, with_hx):
+    torch.manual_seed(0)
+    cpu, dev = _pair(kind(4, 6, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first),
+                     dml_device)
+    x = torch.randn(3, 7, 4) if batch_first else torch.randn(7, 3, 4)
+    hx = None
+    if with_hx:
+        h = torch.randn(layers * (2 if bidirectional else 1), 3, 6)
+        hx = (h, torch.randn_like(h)) if kind is torch.nn.LSTM else h
+    expected = cpu(x, hx)
+    got = dev(x.to(dml_device), _to(hx, dml_device))
+    assert got[0].device == dml_device
+    _assert_same(got, expected)
+
+
+def test_packed_sequence_and_proj_size(shim, dml_device):
+    torch.manual_seed(0)
+    cpu, dev = _pair(torch.nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True, proj_size=3),
+                     dml_device)
+    x, lengths = torch.randn(3, 5, 4), torch.tensor([5, 2, 4])
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    expected = cpu(packed)
+    got = dev(packed.to(dml_device))
+    assert got[0].data.device == dml_device and got[0].batch_sizes.device.type == "cpu"
+    _assert_same(got, expected)
+
+
+@pytest.mark.parametrize("kind", [torch.nn.LSTMCell, torch.nn.GRUCell])
+def test_cells_equal_cpu(shim, dml_device, kind):
+    torch.manual_seed(0)
+    cpu, dev = _pair(kind(4, 6), dml_device)
+    x = torch.randn(3, 4)
+    _assert_same(dev(x.to(dml_device)), cpu(x))
+    _assert_same(dev(x[0].to(dml_device)), cpu(x[0]))                 # unbatched
+
+
+def test_weights_are_copied_once_and_refreshed_when_changed(shim, dml_device):
+    torch.manual_seed(0)
+    cpu, dev = _pair(torch.nn.LSTM(8, 8, bidirectional=True), dml_device)
+    x = torch.randn(5, 1, 8)
+    weight_bytes = sum(p.numel() * 4 for p in dev.parameters())
+    dev(x.to(dml_device))
+    first = {r["op"]: r for r in dmlshim.report().rows}["_VF.lstm"]["d2h"]
+    dev(x.to(dml_device))
+    second = {r["op"]: r for r in dmlshim.report().rows}["_VF.lstm"]["d2h"] - first
+    assert first - second == weight_bytes                 # the second call moved no weights
+    tensors, size = rnn_patch.cache.size()
+    assert size >= weight_bytes and "rnn CPU weights" in str(dmlshim.report())
+
+    with torch.no_grad():                                  # in-place change: refreshed
+        for p, q in zip(cpu.parameters(), dev.parameters()):
+            p.mul_(0.5)
+            q.mul_(0.5)
+    _assert_same(dev(x.to(dml_device)), cpu(x))
+    new = copy.deepcopy(cpu)                               # load_state_dict: refreshed
+    for p in new.parameters():
+        p.data.normal_()
+    cpu.load_state_dict(new.state_dict())
+    dev.load_state_dict(new.state_dict())
+    _assert_same(dev(x.to(dml_device)), cpu(x))
+
+
+def test_cache_does_not_keep_a_deleted_model_alive(shim, dml_device):
+    gc.collect()
+    before = rnn_patch.cache.size()[0]
+    model = torch.nn.GRU(4, 4, num_layers=2).to(dml_device)
+    model(torch.randn(3, 1, 4).to(dml_device))
+    assert rnn_patch.cache.size()[0] == before + 8
+    del model
+    gc.collect()
+    assert rnn_patch.cache.size()[0] == before
+
+
+@pytest.mark.parametrize("kind", [torch.nn.LSTM, torch.nn.GRU])
+def test_autograd_and_training_steps_equal_cpu(shim, dml_device, kind):
+    torch.manual_seed(0)
+    cpu, dev = _pair(kind(4, 5, num_layers=2, bidirectional=True), dml_device)
+    opt_c = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(dev.parameters(), lr=0.1)
+    x = torch.randn(6, 2, 4)
+    for _ in range(3):                                     # each step changes the weights
+        xc = x.clone().requires_grad_()
+        xd = x.to(dml_device).requires_grad_()
+        loss_c = cpu(xc)[0].square().sum()
+        loss_d = dev(xd)[0].square().sum()
+        opt_c.zero_grad()
+        opt_d.zero_grad()
+        loss_c.backward()
+        loss_d.backward()
+        assert_close(xd.grad.cpu(), xc.grad, **exact)
+        for pc, pd in zip(cpu.parameters(), dev.parameters()):
+            assert pd.grad.device == dml_device
+            assert_close(pd.grad.cpu(), pc.grad, **exact)
+        opt_c.step()
+        opt_d.step()
+    for pc, pd in zip(cpu.parameters(), dev.parameters()):
+        assert_close(pd.detach().cpu(), pc.detach(), **exact)
+
+
+@settings(max_examples=25, deadline=None)
+@given(kind=st.sampled_from(["LSTM", "GRU"]), batch_first=st.booleans(), bidirectional=st.booleans(),
+       layers=st.integers(1, 3), steps=st.integers(1, 5), batch=st.integers(1, 3),
+       with_hx=st.booleans(), packed=st.booleans(), seed=st.integers(0, 2**16))
+def test_property_rnn_equals_cpu(dml_device, kind, batch_first, bidirectional, layers, steps, batch,
+                                 with_hx, packed, seed):
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    try:
+        torch.manual_seed(seed)
+        cpu, dev = _pair(getattr(torch.nn, kind)(3, 4, num_layers=layers, bidirectional=bidirectional,
+                                                 batch_first=batch_first), dml_device)
+        x = torch.randn((batch, steps, 3) if batch_first else (steps, batch, 3))
+        hx = None
+        if with_hx:
+            h = torch.randn(layers * (2 if bidirectional else 1), batch, 4)
+            hx = (h, torch.randn_like(h)) if kind == "LSTM" else h
+        inp = x
+        if packed:
+            lengths = torch.randint(1, steps + 1, (batch,))
+            inp = pack_padded_sequence(x, lengths, batch_first=batch_first, enforce_sorted=False)
+        _assert_same(dev(_to(inp, dml_device), _to(hx, dml_device)), cpu(inp, hx))
+    finally:
+        dmlshim.deactivate()
+
+
+def test_empty_batch_equals_cpu(shim, dml_device):
+    cpu, dev = _pair(torch.nn.GRU(3, 4), dml_device)
+    x = torch.randn(2, 0, 3)
+    expected = cpu(x)
+    _assert_same(dev(x.to(dml_device)), expected)
