@@ -1,8 +1,8 @@
 """The emulated DirectML device: PrivateUse1 kernels that run on the CPU.
 
 Every aten op that reaches the PrivateUse1 dispatch key lands in
-:func:`_kernel`, which asks :mod:`.policy` (routing table + quirk rules) what
-DirectML would do, then
+:func:`_kernel`, which asks the policy (``_state.policy``: routing table and
+quirk rules) what DirectML would do, then
 
 * *metadata* ops (views, ``set_``, in-place views) re-dispatch to the CPU
   kernel on the device tensor itself: the result shares its storage and keeps
@@ -17,7 +17,6 @@ import functools
 
 import torch
 
-from . import _tensors
 from ._tensors import cpu_alias, to_device
 
 DEVICE_TYPE = "privateuseone"
@@ -30,19 +29,19 @@ _libraries = []   # torch.library registrations vanish when these are collected
 _ops = {}         # OpOverload -> _OpInfo
 _direct = set()   # ops given a direct PrivateUse1 kernel (faster than the boxed fallback)
 RUN = object()    # the policy's "compute normally" verdict
+_FAILED = 3       # index of the "failed" count in a record (see _state)
 policy = None     # set by register(): (info, args, kwargs) -> RUN | result, may raise
 
 
 class _OpInfo:
     """What the kernel needs to know about one aten overload, computed once."""
 
-    __slots__ = ("op", "name", "qualname", "metadata", "cache")
+    __slots__ = ("op", "name", "metadata", "cache")
 
     def __init__(self, op):
         self.op = op
         base = op._schema.name.split("::", 1)[1]
         self.name = _impl_name(op)
-        self.qualname = f"aten::{self.name}"
         returns = op._schema.returns
         is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
         self.metadata = (is_view or torch.Tag.inplace_view in op.tags
@@ -55,10 +54,6 @@ def op_info(op):
     if info is None:
         info = _ops[op] = _OpInfo(op)
     return info
-
-
-def is_device_tensor(x):
-    return isinstance(x, torch.Tensor) and x.device.type == DEVICE_TYPE
 
 
 # ---------------------------------------------------------------- arguments
@@ -138,12 +133,13 @@ def _kernel(op, *args, **kwargs):
             return op.redispatch(_CPU_KEYSET, *args, **kwargs)
         return run_on_cpu(op, args, kwargs)
     except Exception:
-        info.cache.counts[3] += 1  # "failed" in the records
+        info.cache.counts[_FAILED] += 1
         raise
 
 
 def _fallback(op, *args, **kwargs):
-    # First call of an op: give it a direct kernel; the boxed fallback is ≈4x slower.
+    # First call of an op: give it a direct kernel, which the dispatcher calls
+    # with less overhead than this boxed fallback.
     if op not in _direct and op.namespace == "aten":
         _direct.add(op)
         try:
@@ -216,7 +212,13 @@ def _wrap(op, fn):
     def kernel(*args, **kwargs):
         info = _ops.get(op) or op_info(op)
         verdict = policy(info, args, kwargs)
-        return fn(*args, **kwargs) if verdict is RUN else verdict
+        if verdict is not RUN:
+            return verdict
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            info.cache.counts[_FAILED] += 1
+            raise
     return kernel
 
 

@@ -33,6 +33,7 @@ _lock = threading.Lock()
 _records = {}
 _FIELDS = ("reached", "native", "cpu_fallback", "failed", "quirk")
 _REACHED, _NATIVE, _CPU_FALLBACK, _FAILED, _QUIRK = range(5)
+assert _FAILED == _backend._FAILED
 
 _RUN = _backend.RUN  # policy verdict: compute the op normally
 
