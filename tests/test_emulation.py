@@ -154,6 +154,34 @@ def test_reductions_and_autograd_bit_identical(dml_device, shape, dim, seed):
     assert_close(xd.grad.cpu(), x.grad, **EXACT)
 
 
+_VIEWS = {
+    "t": lambda x: x.t() if x.dim() == 2 else x,
+    "slice": lambda x: x[1:] if x.shape[0] > 1 else x,
+    "step": lambda x: x[::2],
+    "select": lambda x: x[0] if x.dim() > 1 else x,
+    "unsqueeze": lambda x: x.unsqueeze(0)[0],
+    "flatten": lambda x: x.view(-1) if x.is_contiguous() else x,
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(views=st.lists(st.sampled_from(sorted(_VIEWS)), max_size=4),
+       mutation=st.sampled_from(["add_", "mul_", "copy_", "zero_", "clamp_"]))
+def test_views_alias_their_base_like_cpu(dml_device, views, mutation):
+    base = torch.arange(30.0).reshape(5, 6)
+    dbase = base.to(dml_device)
+    view, dview = base, dbase
+    for name in views:
+        view, dview = _VIEWS[name](view), _VIEWS[name](dview)
+    assert dview.shape == view.shape and dview.stride() == view.stride()
+    apply = {"add_": lambda v: v.add_(1.5), "mul_": lambda v: v.mul_(-2),
+             "copy_": lambda v: v.copy_(torch.ones(v.shape[-1:])),
+             "zero_": lambda v: v.zero_(), "clamp_": lambda v: v.clamp_(3, 9)}[mutation]
+    apply(view)
+    apply(dview)
+    assert_close(dbase.cpu(), base, **EXACT)
+
+
 # ---------------------------------------------------------------- routing
 
 @emulated_only
