@@ -67,10 +67,15 @@ def test_activate_deactivate_activate_cycle_works(dml_device):
     assert patches.installed() == []
 
 
-def test_fallback_off_installs_no_fixes():
-    original_cat = torch.cat
+def test_fallback_off_only_observes(dml_device):
     dmlshim.activate(fallback="off")
-    assert torch.cat is original_cat and patches.installed() == []
+    dmlshim.trace.reset()
+    x, e = torch.ones(2, 3, device=dml_device), torch.zeros(0, 3, device=dml_device)
+    with pytest.raises(RuntimeError, match="parameter is incorrect"):
+        torch.cat([x, e])                                   # not fixed ...
+    assert (x * (x > 0)).dtype == torch.bool                # ... nor this (the DirectML bug)
+    rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
+    assert rows == {"torch.cat": {"error": 1}, "Tensor.__mul__": {"pass": 1}}   # but traced
 
 
 @pytest.mark.parametrize("var, value, allowed", [

@@ -27,6 +27,9 @@ from typing import Callable, Dict, List, Tuple
 from ._wrap import Context, PatchSet, original, when_imported  # noqa: F401  (the helper API)
 
 
+ALL_MODES = ("auto", "known", "off")
+
+
 @dataclass(frozen=True)
 class Patch:
     """One registry entry.
@@ -34,7 +37,8 @@ class Patch:
     ``name``: module ``dmlshim.patches.<name>``.  ``doc``: what it fixes and the source
     of the DirectML fact.  ``imports``: third-party modules that trigger a lazy install
     (empty = install at ``activate()``).  ``modes``: the ``fallback`` modes it is
-    installed in (``"off"`` keeps only tracing, so fixes are not installed there).
+    installed in.  In ``"off"`` the ``PatchSet.intercept`` wrappers only observe and
+    trace (they fix nothing), so patches built on ``intercept`` may stay listed there.
     """
 
     name: str
@@ -43,17 +47,20 @@ class Patch:
     modes: Tuple[str, ...] = ("auto", "known")
 
 
+
 REGISTRY: Tuple[Patch, ...] = (
     Patch("mul", "float x bool returns bool on DirectML: cast the bool operand first "
-                 "(DirectML#686, #737; failure_modes.md #17)"),
+                 "(DirectML#686, #737; failure_modes.md #17)", modes=ALL_MODES),
     Patch("conv", "bool/integer input to conv1d/2d/3d: cast to the weight's dtype (safety net; "
-                  "the root cause is mul, failure_modes.md #17)"),
+                  "the root cause is mul, failure_modes.md #17)", modes=ALL_MODES),
     Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): run on the CPU "
-                 "with cached CPU weights (DirectML#613, #654, #677; failure_modes.md #1, #2)"),
+                 "with cached CPU weights (DirectML#613, #654, #677; failure_modes.md #1, #2)",
+          modes=ALL_MODES),
     Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
-                 "#19, #20; DirectML PR#527): drop empties on the device, else CPU"),
-    Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; "
-                    "failure_modes.md #7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)"),
+                 "#19, #20; DirectML PR#527): drop empties on the device, else CPU", modes=ALL_MODES),
+    Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
+                    "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
+          modes=ALL_MODES),
     # Last of the eager patches, so its catch-all wrappers sit outside the others.
     Patch("auto", "any torch call DirectML fails (RuntimeError/NotImplementedError, localized "
                   "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "

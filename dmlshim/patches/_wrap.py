@@ -40,7 +40,8 @@ class Context:
     """What a patch module needs at install time (see ``dmlshim.activate``).
 
     ``target``: device type the patches act on (``"privateuseone"`` = DirectML).
-    ``fallback``: ``"auto" | "known" | "off"``.  ``active`` goes False at deactivate,
+    ``fallback``: ``"auto" | "known" | "off"``; with ``"off"`` every ``intercept``
+    wrapper only observes (action ``pass``, or ``error`` when the call fails).  ``active`` goes False at deactivate,
     which makes any wrapper we could not remove transparent.
     """
 
@@ -156,6 +157,8 @@ class PatchSet:
             op = f"{base}.{name}".replace("torch.nn.functional.", "F.")
         if select is None:
             select = select_positional(ctx.target)
+        if ctx.fallback == "off":           # trace only: observe calls, fix nothing
+            handler = _observe
         busy = fallback.busy
         call = trace.call
 
@@ -214,6 +217,10 @@ class PatchSet:
 
 def _name(obj: Any) -> str:
     return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+
+
+def _observe(func, args, kwargs):
+    return "pass", func(*args, **kwargs)
 
 
 def select_positional(target: str) -> Callable[[Any, tuple, dict], bool]:
