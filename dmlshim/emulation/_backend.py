@@ -166,13 +166,17 @@ def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_me
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
-    # .cpu(), .to(dtype) and .to(other device) from the device in one kernel
-    # (without it: empty_strided + copy_ -> _copy_from, two Python kernels).
-    to_dml = device is None or torch.device(device).type == DEVICE_TYPE
+    # x.to(dev), .cpu() and .to(dtype) in one kernel (without it: empty_strided +
+    # copy_ -> _copy_from, two Python kernels). Both directions dispatch here.
+    to_dml = device is None or _device_type(device) == DEVICE_TYPE
     out = torch.ops.aten._to_copy.default(
-        cpu_alias(self), dtype=dtype, layout=layout, device=_CPU if to_dml else device,
+        self if self.is_cpu else cpu_alias(self), dtype=dtype, layout=layout, device=_CPU if to_dml else device,
         pin_memory=pin_memory, non_blocking=non_blocking, memory_format=memory_format)
     return to_device(out) if to_dml else out
+
+
+def _device_type(device):
+    return device.type if isinstance(device, torch.device) else torch.device(device).type
 
 
 def _copy_from(self, dst, non_blocking=False):

@@ -195,10 +195,10 @@ def _requested_dtype(*args, **kwargs):
 
 
 def _unsupported_dtype(*args, **kwargs):
-    device = kwargs.get("device") if kwargs else None
-    if device is not None and torch.device(device).type == "cpu":
-        return False  # _to_copy from the device to the CPU
-    return _requested_dtype(*args, **kwargs) in _UNSUPPORTED_DTYPES
+    if _requested_dtype(*args, **kwargs) not in _UNSUPPORTED_DTYPES:
+        return False
+    device = kwargs.get("device")
+    return device is None or torch.device(device).type != "cpu"  # _to_copy to the CPU is fine
 
 
 def _fatal_dtype_message(*args, **kwargs):
