@@ -11,8 +11,10 @@ shim does on DirectML. Compared side by side, interleaved, in one process:
 * Paraformer at paraformer-zh size (SeacoParaformer, random weights from
   ``examples/funasr_models.py``) through ``funasr.AutoModel.generate``: latency on
   5 s and 11 s of audio, and throughput (utterances/s) on a list of 5 s
-  utterances, for pure CUDA, CUDA + shim, CUDA + shim with the LSTM decomposed,
-  and the CPU. The goal is >= 0.8x pure-CUDA throughput with the shim.
+  utterances at batch 1 and ``--batch N`` (default 8), for pure CUDA, CUDA +
+  shim, CUDA + shim with the LSTM decomposed, and the CPU. The goal is >= 0.8x
+  pure-CUDA throughput with the shim. float64 is priced as on most DirectML
+  GPUs: the shim is told the GPU has none (failure_modes.md #7).
 
 Not part of CI (``benchmarks/run.py`` runs it only when named: ``--only gpu``).
 Without a GPU, ``--dry-run`` runs the same code on the emulated DirectML device
@@ -20,8 +22,8 @@ Without a GPU, ``--dry-run`` runs the same code on the emulated DirectML device
 code path, its timings mean nothing. There "native" variants fail, as they do
 on DirectML, and are listed under ``extra["failed"]``.
 
-    python benchmarks/gpu.py [--quick] [--json PATH]   # CUDA machine
-    python benchmarks/gpu.py --dry-run                  # anywhere
+    python benchmarks/gpu.py [--quick] [--batch N] [--json PATH]   # CUDA machine
+    python benchmarks/gpu.py --dry-run --batch 2                     # anywhere
 """
 import os
 import sys
@@ -44,10 +46,10 @@ import dmlshim  # noqa: E402
 class Bench:
     """Device under test, sizes and the shim switch for one run."""
 
-    def __init__(self, dry_run, quick):
+    def __init__(self, dry_run, quick, batch):
         from funasr_models import build
 
-        self.dry_run, self.quick = dry_run, quick
+        self.dry_run, self.quick, self.batch = dry_run, quick, batch
         # built before the emulator is installed: torch.random.fork_rng in build()
         # would look for the emulated device's RNG state
         self.model_dir = str(build("seaco", "tiny" if dry_run else "real"))
@@ -181,11 +183,12 @@ def paraformer_rows(b):
             rows += case_rows
         shim_share = shim_report(b, v[names["shim"]], case_rows)
         n, seconds = (2, 2) if b.dry_run else (8, 5) if b.quick else (32, 5)
-        case = f"paraformer-{size} throughput, {n} x {seconds} s, batch 1"
-        for row in b.measure(case, variants([audio(seconds)] * n, 1), setup,
-                             baseline=names["native"]):
-            row["note"] = f"{n / row['median_s']:.2f} utt/s"
-            rows.append(row)
+        for batch in sorted({1, b.batch}):
+            case = f"paraformer-{size} throughput, {n} x {seconds} s, batch {batch}"
+            for row in b.measure(case, variants([audio(seconds)] * n, batch), setup,
+                                 baseline=names["native"]):
+                row["note"] = f"{n / row['median_s']:.2f} utt/s"
+                rows.append(row)
     b.shim(False)()
     same = {s: len(set(t.values())) == 1 for s, t in texts.items()}
     return rows, {"paraformer_size": size, "lstms_decomposed": swapped,
@@ -210,8 +213,12 @@ def main():
     parser = timing.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true",
                         help="no GPU: emulated DirectML device, tiny sizes (checks the code path)")
+    parser.add_argument("--batch", type=int, default=8, metavar="N",
+                        help="throughput is measured at batch 1 and batch N (default 8)")
     args = parser.parse_args()
-    b = Bench(args.dry_run, args.quick)
+    if args.batch < 1:
+        parser.error(f"--batch {args.batch}: must be a positive number of utterances")
+    b = Bench(args.dry_run, args.quick, args.batch)
     rows, extra = [], {"device": str(b.device), "target": b.target, "dry_run": b.dry_run}
     if b.device.type == "cuda":
         extra["gpu"] = torch.cuda.get_device_name()
