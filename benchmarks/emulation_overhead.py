@@ -6,8 +6,9 @@ the two variants is the emulator's per-call overhead. Cases: a 64-element add
 (overhead-dominated), a 256x256 matmul (compute-dominated), and the transfers
 and allocations the shim's CPU fallback relies on (``x.to(dev)``, ``.cpu()``,
 ``torch.empty(..., device=dev)``, ``copy_``; their CPU variant is the same-size
-CPU copy). Variants are timed interleaved; times are µs per call (min and
-median over repeats).
+CPU copy). Variants are timed interleaved on one intra-op thread (the
+overhead is per call; thread scheduling noise would hide it); times are µs
+per call (min and median over repeats).
 
 Run: ``python benchmarks/emulation_overhead.py [--quick] [--json PATH]``.
 """
@@ -43,6 +44,7 @@ def cases(dev):
 
 def main():
     args = timing.arg_parser(__doc__.splitlines()[0]).parse_args()
+    torch.set_num_threads(1)
     dev = emulation.install()
     emulation.configure()
     rows = []

@@ -259,7 +259,18 @@ def test_rnn_tanh_runs_and_equals_cpu(dml_device):
 def test_unknown_ops_are_configurable(fresh):
     from dmlshim.emulation import routing
 
-    assert routing.route("no_such_op.in_torch_241") == routing.UNKNOWN
+    new_op = torch.ops.aten._upsample_lanczos2d_aa.default   # added after torch 2.4.1
+    assert routing.route(new_op) == routing.UNKNOWN
+    x = torch.rand(1, 1, 4, 4)
+    ref = new_op(x, [8, 8], False)
+    assert_close(new_op(x.to(fresh), [8, 8], False).cpu(), ref, **EXACT)     # native
+    with emulation.configured(unknown_ops="cpu_fallback", warn_always=True), \
+            warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        new_op(x.to(fresh), [8, 8], False)
+    assert "'aten::_upsample_lanczos2d_aa" in _fallback_warnings(record)[0]
+    with emulation.configured(unknown_ops="error"), pytest.raises(NotImplementedError):
+        new_op(x.to(fresh), [8, 8], False)
     with pytest.raises(ValueError, match="unknown_ops='sometimes'; allowed: native"):
         emulation.configure(unknown_ops="sometimes")
 
