@@ -53,6 +53,20 @@ def test_round_trip_views_inplace_out(dml_device):
         "tensor([0, 1, 2], device='privateuseone:0')"
 
 
+@pytest.mark.parametrize("out_shape", [(0,), (2, 3), (6,), (40,)])
+def test_out_arguments_take_cpu_sizes_and_strides(dml_device, out_shape):
+    x = torch.randn(3, 4, 2).permute(2, 0, 1)          # channels-last-like strides
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                 # "An output ... was resized"
+        ref = torch.empty(out_shape)
+        torch.mul(x, 2, out=ref)
+        out = torch.empty(out_shape, device=dml_device)
+        returned = torch.mul(x.to(dml_device), 2, out=out)
+    assert returned is out
+    assert (out.shape, out.stride()) == (ref.shape, ref.stride())
+    assert_close(out.cpu(), ref, **EXACT)
+
+
 def test_factories_device_context_and_load(dml_device):
     torch.manual_seed(0)
     ref = torch.randn(3)

@@ -95,30 +95,54 @@ def run_on_cpu(op, args, kwargs):
     except RuntimeError as e:
         if "not resizable" not in str(e):
             raise
-        return _run_resizing_outs(op, args, kwargs, cargs, ckwargs, originals)
+        _run_into_fresh_outs(op, kwargs, cargs, ckwargs)
+        return _outs(op, kwargs)  # out= overloads return their out arguments
+    if kwargs:
+        _sync_out_metadata(op, kwargs, ckwargs)
     return _to_dev(out, originals)
 
 
-def _run_resizing_outs(op, args, kwargs, cargs, ckwargs, originals):
+def _sync_out_metadata(op, kwargs, ckwargs):
+    # A CPU kernel may resize an out= alias in place (same or fewer bytes): the
+    # device tensor must take the alias's new sizes and strides.
+    for name in _out_names(op):
+        target, alias = kwargs.get(name), ckwargs.get(name)
+        if (isinstance(target, Tensor) and alias is not target
+                and (alias.shape != target.shape or alias.stride() != target.stride()
+                     or alias.storage_offset())):
+            _set_metadata(target, alias.shape, alias.stride(),
+                          target.storage_offset() + alias.storage_offset())
+
+
+def _run_into_fresh_outs(op, kwargs, cargs, ckwargs):
     # An out= argument must grow, but a DLPack storage cannot: compute into
-    # fresh CPU outputs, then resize the device outputs and copy back.
-    fresh = {}
-    for k, v in ckwargs.items():
-        if isinstance(v, torch.Tensor) and id(v) in originals and _is_out_arg(op, k):
-            fresh[k] = torch.empty(0, dtype=v.dtype)
-    out = op(*cargs, **{**ckwargs, **fresh})
-    for k, result in fresh.items():
-        target = kwargs[k]
-        target.resize_(result.shape)
+    # fresh CPU outputs, then grow the device outputs and copy back.
+    fresh = {name: torch.empty(0, dtype=ckwargs[name].dtype) for name in _out_names(op)
+             if isinstance(kwargs.get(name), Tensor) and not kwargs[name].is_cpu}
+    op(*cargs, **{**ckwargs, **fresh})
+    for name, result in fresh.items():
+        target = kwargs[name]
+        extent = 1 + sum((n - 1) * st for n, st in zip(result.shape, result.stride()))
+        target.resize_((extent if result.numel() else 0,))
+        _set_metadata(target, result.shape, result.stride(), target.storage_offset())
         cpu_alias(target).copy_(result)
-    swap = {id(r): kwargs[k] for k, r in fresh.items()}
-    originals.update(swap)
-    return _to_dev(out, originals)
 
 
-def _is_out_arg(op, name):
-    return any(a.name == name and a.alias_info is not None and a.alias_info.is_write
-               and a.kwarg_only for a in op._schema.arguments)
+def _outs(op, kwargs):
+    outs = tuple(kwargs[name] for name in _out_names(op))
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _set_metadata(target, shape, stride, offset):
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYSET, target, target.untyped_storage(), offset, shape, stride)
+
+
+@functools.lru_cache(maxsize=None)
+def _out_names(op):
+    """Names of the kwarg-only mutable (``out=``) arguments of an overload."""
+    return tuple(a.name for a in op._schema.arguments
+                 if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
 
 
 # ---------------------------------------------------------------- kernels
@@ -205,7 +229,7 @@ def _resize_(self, size, memory_format=None):
             cpu_alias(grown)[self.storage_offset():self.storage_offset() + old.numel()].copy_(old)
         torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
             _CPU_KEYSET, self, grown.untyped_storage(), self.storage_offset(), self.shape,
-            self.stride())
+            self.stride())  # keep sizes; resize_ below sets the new ones
     torch.ops.aten.resize_.default.redispatch(_CPU_KEYSET, self, size,
                                               memory_format=memory_format)
     return self
