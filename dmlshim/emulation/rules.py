@@ -43,7 +43,9 @@ Not rules, because the dispatcher already decides them:
 
 Not emulated: ``Tensor.new`` (#11) does not reach a distinct aten op (it
 calls ``empty``), and torch 2.13 accepts PrivateUse1 in legacy constructors;
-row #11 marks the failure unknown on torch 2.4.1.
+row #11 marks the failure unknown on torch 2.4.1. In-place ``float_t *=
+bool_t`` (``mul_``) runs correctly: row #17 does not say what DirectML
+writes into the float tensor.
 """
 import dataclasses
 from typing import Callable, Optional, Tuple, Union
