@@ -62,18 +62,21 @@ def result_meta(stack: bool, tensors, dim):
 
 
 def _select(ctx: Context):
-    target = ctx.target
+    target, Tensor = ctx.target, torch.Tensor
 
     def select(instance, args, kwargs):
         tensors = args[0] if args else kwargs.get("tensors", ())
         if not isinstance(tensors, (list, tuple)):
             return False
-        on_target = empty = False
-        for t in tensors:
-            if isinstance(t, torch.Tensor):
-                empty = empty or t.numel() == 0
-                on_target = on_target or (not t.is_cpu and t.device.type == target)
-        return on_target and empty       # only calls with an empty input need us
+        for t in tensors:                   # the fast path: all on the CPU
+            if isinstance(t, Tensor) and not t.is_cpu:
+                break
+        else:
+            return False
+        # only calls with an empty input and a tensor on the target need us
+        return (any(isinstance(t, Tensor) and t.numel() == 0 for t in tensors)
+                and any(isinstance(t, Tensor) and not t.is_cpu and t.device.type == target
+                        for t in tensors))
     return select
 
 

@@ -1,0 +1,145 @@
+"""What dmlshim costs: wrapper pass-through per call, and the LSTM CPU fallback.
+
+1. Pass-through: the same call with the shim off and on (interleaved), on CPU tensors
+   (goal: <= 0.5 us added per call) and on target-device tensors that need no action
+   (goal: <= 3 us).  The device is the emulated DirectML one (dmlshim.emulation).
+   Variants: shim off; "core patches" (``fallback="off"``: the five core wrappers,
+   which keep their fast path, without the auto-fallback catch-all); ``activate()``
+   (defaults: core patches + ``fallback="auto"``).
+2. LSTM at FunASR's size (input 512, hidden 512, bidirectional, batch 1, 750 steps)
+   with tensors on the device, three ways:
+   - ``shim``: dmlshim's rnn patch (CPU weights cached once);
+   - ``module.cpu() per call``: the usual hand fix (module to CPU, run, module back);
+   - ``plain CPU + transfers``: a CPU LSTM plus moving input and outputs (the floor).
+   Goals: shim >= 3x faster than module.cpu() per call; <= 1.1x plain CPU + transfers.
+   Also at 80 steps (~5 s of audio at Paraformer's 60 ms frames), where the weight
+   copies weigh more against the LSTM's own compute.
+
+Run: ``python benchmarks/shim_overhead.py [--quick] [--json PATH] [--threads N]`` (the JSON goes to
+``benchmarks/results/shim_overhead.json`` by default).
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import timing
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import dmlshim  # noqa: E402
+from dmlshim import emulation  # noqa: E402
+
+def _switch(**settings):
+    def setup():
+        dmlshim.deactivate()
+        if settings:
+            dmlshim.activate(trace=0, **settings)
+    return setup
+
+
+# variant -> untimed setup before each of its turns.  "core patches" is
+# fallback="off": the same five core wrappers (whose fast path is what is timed here)
+# without the auto-fallback catch-all; "activate()" is the default (fallback="auto").
+VARIANTS = {"shim off": _switch(), "core patches": _switch(fallback="off"),
+            "activate()": _switch(fallback="auto")}
+
+
+def pass_through(dev, quick):
+    """Rows for calls that need no action, with the shim off and on."""
+    a, b = torch.randn(64), torch.randn(64)
+    ad, bd = a.to(dev), b.to(dev)
+    w = torch.randn(4, 4, 3)
+    x, xd, wd = torch.randn(1, 4, 16), torch.randn(1, 4, 16).to(dev), w.to(dev)
+    cases = {
+        "cpu: a * b": lambda: a * b,
+        "cpu: torch.mul(a, b)": lambda: torch.mul(a, b),
+        "cpu: torch.cat([a, b])": lambda: torch.cat([a, b]),
+        "cpu: F.conv1d": lambda: F.conv1d(x, w),
+        "cpu: x.to(float32)": lambda: a.to(torch.float32),
+        "device: a * b (checked, pass)": lambda: ad * bd,
+        "device: torch.cat([a, b])": lambda: torch.cat([ad, bd]),
+        "device: F.conv1d (float input)": lambda: F.conv1d(xd, wd),
+        "device: x.to(float32)": lambda: ad.to(torch.float32),
+    }
+    number = 300 if quick else 2000
+    rows = []
+    for case, fn in cases.items():
+        t = timing.measure({v: fn for v in VARIANTS}, repeats=5 if quick else 15, number=number,
+                           setup=VARIANTS)
+        for variant_rows in timing.rows(case, t, baseline="shim off"):
+            v = variant_rows["variant"]
+            if v != "shim off":
+                added = (t[v].min_s - t["shim off"].min_s) * 1e6
+                variant_rows["note"] = f"added {added:+.2f} us/call (min)"
+            rows.append(variant_rows)
+    dmlshim.deactivate()
+    return rows
+
+
+def lstm(dev, quick, steps):
+    torch.manual_seed(0)
+    cpu_lstm = torch.nn.LSTM(512, 512, bidirectional=True).eval()
+    dev_lstm = torch.nn.LSTM(512, 512, bidirectional=True).eval()
+    dev_lstm.load_state_dict(cpu_lstm.state_dict())
+    dev_lstm.to(dev)
+    x = torch.randn(steps, 1, 512)
+    xd = x.to(dev)
+
+    def shim():
+        with torch.no_grad():
+            out, (h, c) = dev_lstm(xd)
+        return out
+
+    def module_cpu_per_call():
+        with torch.no_grad():
+            dev_lstm.cpu()
+            out, (h, c) = dev_lstm(xd.cpu())
+            dev_lstm.to(dev)
+            return out.to(dev), h.to(dev), c.to(dev)
+
+    def plain_cpu_plus_transfers():
+        with torch.no_grad():
+            out, (h, c) = cpu_lstm(xd.cpu())
+            return out.to(dev), h.to(dev), c.to(dev)
+
+    with torch.no_grad():                 # the shim's answer equals the CPU's
+        dmlshim.activate(trace=0)
+        same = torch.equal(shim().cpu(), cpu_lstm(x)[0])
+        dmlshim.deactivate()
+    t = timing.measure(
+        {"plain CPU + transfers": plain_cpu_plus_transfers, "shim (cached CPU weights)": shim,
+         "module.cpu() per call": module_cpu_per_call},
+        repeats=3 if quick else 9, warmup=1,
+        setup={"plain CPU + transfers": _switch(),
+               "shim (cached CPU weights)": _switch(fallback="auto"),
+               "module.cpu() per call": _switch()})
+    dmlshim.deactivate()
+    speedup = t["module.cpu() per call"].median_s / t["shim (cached CPU weights)"].median_s
+    case = f"LSTM 512x512 bidir, batch 1, {steps} steps"
+    note = f"shim {speedup:.1f}x faster than module.cpu(); output == CPU: {same}"
+    return timing.rows(case, t, baseline="plain CPU + transfers", note=note)
+
+
+def main():
+    parser = timing.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: stable ratios on a shared machine)")
+    args = parser.parse_args()
+    if args.json is None:
+        args.json = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                 "shim_overhead.json")
+        os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    torch.set_num_threads(args.threads)
+    dev = emulation.install()
+    rows = pass_through(dev, args.quick)
+    # 750 steps: FunASR's size (45 s of audio at Paraformer's 60 ms frames); 80 steps: ~5 s
+    for steps in ((150, 40) if args.quick else (750, 80)):
+        rows += lstm(dev, args.quick, steps)
+    timing.finish(args, "shim_overhead", rows,
+                  extra={"device": "emulated privateuseone", "torch": torch.__version__,
+                         "threads": torch.get_num_threads()})
+
+
+if __name__ == "__main__":
+    main()
