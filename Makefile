@@ -27,7 +27,7 @@ test: setup
 	$(PY) -m pytest -q
 
 demo: setup
-	$(PY) examples/demo.py
+	$(PY) examples/funasr_transcribe.py --device emulated --compare-cpu --hotword "天气 公园"
 
 # BENCH_ARGS: e.g. --quick, --only funasr_bench, --markdown (see benchmarks/run.py -h)
 bench: setup

@@ -262,7 +262,9 @@ def write_model_dir(model_dir, kind, size="tiny", seed=0):
         (model_dir / "seg_dict").write_text(
             "".join(f"{w} {' '.join(w) if w.isascii() else w}\n" for w in words),
             encoding="utf-8")
-    with torch.random.fork_rng():
+    # devices=[]: fork only the CPU generator (the weights are made on the CPU); torch
+    # would otherwise also fork an accelerator's, and DirectML has no RNG state API.
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = _build_module(config, tokens, model_dir)
     torch.save(model.state_dict(), model_dir / "model.pt")

@@ -1,0 +1,264 @@
+"""FunASR Paraformer on the DirectML device: real funasr code, tiny random weights.
+
+Model directories come from examples/funasr_models.py (funasr's own classes, loaded
+through ``AutoModel``, the real loading code); fbank dither is 0, so the CPU and the
+device see the same features and every comparison is exact (rtol=0, atol=0).
+
+Where each failure comes from (funasr 1.4.16, DESIGN.md "The real models"):
+LSTM: the BiCif predictor's BiLSTM (bicif_paraformer/cif_predictor.py:186) and
+SeACo's hotword encoder (packed sequences); empty-input cat: cif_predictor.py:85;
+float64 cumsum: paraformer/cif_predictor.py:835; float x bool: the SANM masks
+(sanm/attention.py:229, 238).
+"""
+import contextlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import dmlshim
+from dmlshim import patches, trace
+
+funasr = pytest.importorskip("funasr", reason="the funasr extra is not installed")
+from funasr import AutoModel  # noqa: E402
+from funasr.models.transformer.utils.nets_utils import pad_list  # noqa: E402
+from funasr.utils.load_utils import extract_fbank, load_audio_text_image_video  # noqa: E402
+
+AUDIO = Path(__file__).resolve().parent.parent / "examples" / "data" / "zh.wav"
+# With the seed-0 tiny weights, the English sample's CIF token count is 44.40: 44 fires
+# and round(44.40) = 44 rows, so cif() pads with a (0, D) tensor -> the empty-input cat.
+# (zh.wav gives 44.86: one row of padding, no empty cat.)
+EN_AUDIO = AUDIO.with_name("en.wav")
+HOTWORDS = "天气 公园"
+ASR_KINDS = ("paraformer", "bicif", "seaco")
+
+
+def auto_model(model_dir, device, **kwargs):
+    return AutoModel(model=str(model_dir), device=str(device), ncpu=2, disable_update=True,
+                     disable_pbar=True, log_level="ERROR", **kwargs)
+
+
+def transcribe(model, hotword=None, audio=(AUDIO, EN_AUDIO)):
+    """[(text, timestamps)] per sample, Mandarin and English by default."""
+    res = model.generate([str(a) for a in audio], hotword=hotword, output_timestamp=True,
+                         batch_size_s=0)
+    return [(r["text"], r.get("timestamp")) for r in res]
+
+
+def encode(model, device):
+    """Encoder output (B, T, D) float32 and lengths (B,), on the CPU."""
+    frontend = model.kwargs["frontend"]
+    audio = load_audio_text_image_video(str(AUDIO), fs=frontend.fs)
+    speech, lengths = extract_fbank(audio, data_type="sound", frontend=frontend)
+    with torch.no_grad():
+        out, out_lens = model.model.encode(speech.to(device), lengths.to(device))
+    return out.cpu(), out_lens.cpu()
+
+
+@pytest.fixture(scope="module")
+def cpu_reference(funasr_model_dir):
+    """kind -> {"text": [(text, timestamps)], "encoder": (out, lens)} on the CPU, once."""
+    cache = {}
+
+    def get(kind):
+        if kind not in cache:
+            model = auto_model(funasr_model_dir(kind), "cpu")
+            cache[kind] = {"text": transcribe(model, HOTWORDS if kind == "seaco" else None),
+                           "encoder": encode(model, "cpu")}
+        return cache[kind]
+    return get
+
+
+@pytest.fixture
+def shim():
+    """dmlshim active with fresh stats; deactivated afterwards."""
+    dmlshim.activate()
+    trace.reset()
+    yield
+    dmlshim.deactivate()
+
+
+@contextlib.contextmanager
+def shim_without(monkeypatch, name):
+    """dmlshim active with every registered patch except ``name`` (and the catch-all
+    ``auto`` fallback, which would send the failing call to the CPU instead): shows
+    that this one fix is what the real model needs."""
+    assert name in [p.name for p in patches.REGISTRY], name
+    monkeypatch.setattr(patches, "REGISTRY",
+                        tuple(p for p in patches.REGISTRY if p.name not in (name, "auto")))
+    dmlshim.activate()
+    try:
+        yield
+    finally:
+        dmlshim.deactivate()
+        monkeypatch.undo()
+
+
+# ---------------------------------------------------------------- without the shim
+
+@pytest.mark.parametrize("kind", ASR_KINDS)
+def test_without_shim_the_model_fails_on_the_device(kind, funasr_model_dir, dml_device):
+    """The first DirectML failure on the way: the SANM encoder's float x bool mask gives a
+    bool tensor that the FSMN conv1d rejects (or, for an LSTM, no kernel at all)."""
+    assert not dmlshim.is_active()
+    model = auto_model(funasr_model_dir(kind), dml_device)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        transcribe(model, HOTWORDS if kind == "seaco" else None)
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("kind, missing, error, match", [
+    ("bicif", "rnn", NotImplementedError, "_thnn_fused_lstm_cell"),
+    ("bicif", "cat", RuntimeError, "The parameter is incorrect"),
+    ("paraformer", "dtypes", RuntimeError, "Float64"),
+])
+def test_each_fix_is_needed(kind, missing, error, match, funasr_model_dir, dml_device, monkeypatch):
+    """With every patch but one, the real model hits exactly that DirectML failure."""
+    model = auto_model(funasr_model_dir(kind), dml_device)
+    with shim_without(monkeypatch, missing), pytest.raises(error, match=match):
+        transcribe(model, audio=[EN_AUDIO])
+
+
+def test_float_times_bool_mask_silently_corrupts_the_encoder(funasr_model_dir, dml_device,
+                                                             cpu_reference, monkeypatch):
+    """Without the mul fix, conv1d's bool->float coercion lets the SANM encoder *run*, but
+    ``inputs * mask`` came back bool (DirectML#686), so it computes on 0/1 values."""
+    model = auto_model(funasr_model_dir("seaco"), dml_device)
+    with shim_without(monkeypatch, "mul"):
+        out, lens = encode(model, dml_device)
+    ref_out, ref_lens = cpu_reference("seaco")["encoder"]
+    assert out.dtype == torch.float32 and out.shape == ref_out.shape
+    assert torch.equal(lens, ref_lens)
+    assert (out - ref_out).abs().max() > 0.1   # not rounding: a different computation
+
+
+def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device):
+    """SeACo's bias encoder LSTM gets a PackedSequence: no DirectML kernel without the
+    shim; with it, the CPU's result exactly."""
+    seen = []
+
+    def hotword_vectors(device):
+        m = auto_model(funasr_model_dir("seaco"), device)
+        hook = m.model.bias_encoder.register_forward_pre_hook(
+            lambda mod, args: seen.append(type(args[0])))
+        hw = m.model.generate_hotwords_list(HOTWORDS, tokenizer=m.kwargs["tokenizer"],
+                                            frontend=m.kwargs["frontend"])
+        pad = pad_list([torch.tensor(h, dtype=torch.long) for h in hw], 0)
+        lengths = torch.tensor([len(h) for h in hw], dtype=torch.int32)
+        try:
+            with torch.no_grad():
+                return m.model._hotword_representation(pad.to(device), lengths.to(device)).cpu()
+        finally:
+            hook.remove()
+
+    ref = hotword_vectors("cpu")
+    with pytest.raises(NotImplementedError, match="_thnn_fused_lstm_cell"):
+        hotword_vectors(dml_device)
+    dmlshim.activate()
+    try:
+        got = hotword_vectors(dml_device)
+    finally:
+        dmlshim.deactivate()
+    assert seen == [torch.nn.utils.rnn.PackedSequence] * 3
+    assert ref.shape == (3, 32)  # two hotwords + <s>, inner_dim 32
+    assert_close(got, ref, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- with the shim
+
+@pytest.mark.parametrize("kind", ASR_KINDS)
+def test_shim_matches_cpu_exactly(kind, funasr_model_dir, dml_device, cpu_reference, shim):
+    """Text, timestamps and encoder output on the device equal the CPU run, bit for bit."""
+    model = auto_model(funasr_model_dir(kind), dml_device)
+    ref = cpu_reference(kind)
+    got = transcribe(model, HOTWORDS if kind == "seaco" else None)
+    assert got == ref["text"]
+    text, stamps = got[0]
+    assert text.strip() and len(stamps) > 0         # random weights still emit tokens
+    out, lens = encode(model, dml_device)
+    assert_close(out, ref["encoder"][0], rtol=0, atol=0)
+    assert torch.equal(lens, ref["encoder"][1])
+
+
+def test_report_shows_the_interceptions(funasr_model_dir, dml_device, shim):
+    """report(): the LSTMs and cat/mul/float64 fixes were intercepted, bytes were moved."""
+    transcribe(auto_model(funasr_model_dir("seaco"), dml_device), HOTWORDS)
+    transcribe(auto_model(funasr_model_dir("paraformer"), dml_device))
+    rows = {r["op"]: r for r in dmlshim.report().rows}
+
+    def handled(*needles, action=None):
+        return [op for op, r in rows.items()
+                if any(n in op.lower() for n in needles)
+                and (action is None or r["actions"].get(action, 0) > 0)]
+
+    assert handled("lstm", "rnn", action="cpu"), rows           # patch rnn: LSTMs on the CPU
+    assert handled("cat", action="drop-empty") or handled("cat", action="cpu"), rows
+    assert handled("mul", action="coerce"), rows                 # float x bool mask
+    assert handled("cumsum", "float64", "dtype"), rows           # float64 cumsum
+    assert sum(r["h2d"] for r in rows.values()) > 0
+    assert sum(r["d2h"] for r in rows.values()) > 0
+    assert "calls" in str(dmlshim.report())
+
+
+def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, shim):
+    """FSMN-VAD + SeACo-Paraformer + CT-Transformer punctuation: device == CPU."""
+    dirs = {k: str(funasr_model_dir(k)) for k in ("seaco", "vad", "punc")}
+
+    def run(device):
+        model = auto_model(dirs["seaco"], device, vad_model=dirs["vad"], punc_model=dirs["punc"])
+        return transcribe(model, HOTWORDS)
+
+    ref = run("cpu")
+    got = run(dml_device)
+    assert got == ref
+    text, stamps = got[0]
+    assert text.strip() and len(stamps) > 0
+
+
+def load_example():
+    path = AUDIO.parent.parent / "funasr_transcribe.py"
+    spec = importlib.util.spec_from_file_location("funasr_transcribe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device):
+    """examples/funasr_transcribe.py (what `make demo` runs), on one file."""
+    funasr_transcribe = load_example()
+    try:
+        status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
+                                         "--hotword", HOTWORDS, "--ncpu", "2",
+                                         "--cache-dir", str(tmp_path)])
+    finally:
+        dmlshim.deactivate()
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "RANDOM weights" in out and "identical" in out
+    assert "zh.wav:" in out
+
+
+def test_example_script_exits_1_when_the_device_differs(tmp_path, capsys, dml_device,
+                                                       monkeypatch):
+    """--compare-cpu turns any difference in text or timestamps into exit status 1."""
+    funasr_transcribe = load_example()
+    real = funasr_transcribe.transcribe
+
+    def transcribe(model, paths, hotword, desc):
+        results = real(model, paths, hotword, desc)
+        if desc != "cpu":                       # corrupt the device run's first timestamp
+            first = next(iter(results.values()))
+            first["timestamp"] = [[0, 1]] + first["timestamp"][1:]
+        return results
+
+    monkeypatch.setattr(funasr_transcribe, "transcribe", transcribe)
+    try:
+        status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
+                                         "--ncpu", "2", "--cache-dir", str(tmp_path)])
+    finally:
+        dmlshim.deactivate()
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "MISMATCH" in out and "timestamp differs" in out
