@@ -11,8 +11,8 @@
   goes transparent, because it checks ``ctx.active``.
 * An owner given as a module name (``"funasr.models.sanm.attention"``) is wrapped when
   that module is imported (wrapt post-import hooks), so import order does not matter.
-  wrapt's hooks cannot be unregistered, so one dispatcher per module name is
-  registered once per process and consults the cancellable callbacks in ``_waiting``.
+  wrapt's hooks cannot be unregistered, so one dispatcher per module name waits in
+  wrapt and consults the cancellable callbacks in ``_waiting`` when it fires.
 """
 from __future__ import annotations
 
@@ -65,15 +65,17 @@ def original(owner: Any, name: str) -> Any:
 
 def when_imported(module: str, callback: Callable[[Any], None]) -> Callable[[], None]:
     """Call ``callback(module_object)`` once ``module`` is imported (now if it already
-    is).  Returns a function that cancels the callback if it has not run yet."""
+    is).  Returns a function that cancels the callback if it has not run yet.
+
+    wrapt keeps a hook until the module's import fires it (then drops it) and cannot
+    remove one; so at most one wrapt hook per module name is pending (``_hooked``), and
+    it dispatches to whatever callbacks are still waiting when it fires."""
     with _lock:
         _waiting.setdefault(module, []).append(callback)
-        first = module not in _hooked
+        register = module not in _hooked
         _hooked.add(module)
-    if first:
+    if register:
         wrapt.register_post_import_hook(_dispatch, module)   # fires now if imported
-    elif module in sys.modules:
-        _dispatch(sys.modules[module])
 
     def cancel() -> None:
         with _lock:
@@ -84,6 +86,7 @@ def when_imported(module: str, callback: Callable[[Any], None]) -> Callable[[], 
 
 def _dispatch(mod: Any) -> None:
     with _lock:
+        _hooked.discard(mod.__name__)       # wrapt has dropped its hook
         callbacks = _waiting.pop(mod.__name__, [])
     for callback in callbacks:
         callback(mod)
