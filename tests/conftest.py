@@ -65,3 +65,16 @@ def funasr_model_dir(tmp_path_factory):
 
     cache = tmp_path_factory.mktemp("funasr_models")
     return lambda kind: funasr_models.build(kind, cache_dir=cache)
+
+
+# GFPGAN tests: the torchvision wheel the registry serves for this torch is a CUDA
+# build whose compiled ops do not load on a CPU-only machine; define the one op the
+# GFPGAN pipeline needs (torchvision::nms) before anything imports torchvision.
+# Does nothing where torchvision's own library loads. See examples/torchvision_ops.py.
+import sys as _sys  # noqa: E402
+from pathlib import Path as _Path  # noqa: E402
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1] / "examples"))
+import torchvision_ops  # noqa: E402
+
+torchvision_ops.apply()

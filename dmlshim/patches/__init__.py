@@ -61,6 +61,16 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
                     "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
           modes=ALL_MODES),
+    # GFPGAN stack (third-party, installed lazily on import).  basicsr's fix must be in
+    # place before basicsr's own import line runs, so it triggers on torchvision.
+    Patch("basicsr", "basicsr 1.4.2 imports torchvision.transforms.functional_tensor, removed in "
+                     "torchvision 0.17 (tdml 0.2.5 pins 0.19.1, failure_modes.md #37): alias it",
+          imports=("torchvision",)),
+    Patch("facexlib", "facexlib's device defaults know only CUDA: calls without device= get "
+                      "select_device()", imports=("facexlib",)),
+    Patch("gfpgan", "GFPGANer device default; StyleGAN2 noise from the CPU generator (no device "
+                    "Generator, failure_modes.md #35); log the RuntimeError GFPGANer.enhance swallows",
+          imports=("gfpgan",)),
     # Last of the eager patches, so its catch-all wrappers sit outside the others.
     Patch("auto", "any torch call DirectML fails (RuntimeError/NotImplementedError, localized "
                   "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "

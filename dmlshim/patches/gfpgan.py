@@ -1,0 +1,104 @@
+"""GFPGAN (1.3.8) on DirectML: device default, reproducible StyleGAN2 noise, no silent failures.
+
+1. **Device default.** ``GFPGANer(..., device=None)`` picks "cuda if available else cpu"
+   (``gfpgan/utils.py:37``), so on a DirectML machine the model stays on the CPU. A call
+   without ``device`` gets ``dmlshim.select_device()`` (see ``patches/facexlib.py`` for
+   the face helpers it builds).
+2. **StyleGAN2 noise.** ``StyleConv.forward`` draws its noise with
+   ``out.new_empty(b, 1, h, w).normal_()`` (``archs/stylegan2_clean_arch.py:132``,
+   ``stylegan2_bilinear_arch.py:201``) on the model's device. torch-directml has no
+   device ``Generator`` and its ``manual_seed`` seeds only the CPU generator
+   (failure_modes.md #35; sdnext forces ``torch.Generator('cpu')``), and old builds had
+   no ``normal_`` kernel at all (#39), so a seed does not reproduce the CPU's images.
+   For a call on the target device without ``noise``, the same ``randn(b, 1, h, w)`` is
+   drawn from the CPU default generator and moved to the device (``b x 1 x h x w x
+   itemsize`` bytes host->device, counted as op ``StyleConv.noise``, action ``cpu``):
+   one seed gives the same noise, hence the same image, on every device.
+   ``(h, w)`` is the size after the conv's resampling (``sample_mode`` upsample x2 /
+   downsample x0.5, as ``F.interpolate`` floors) and its ``padding``; a wrong size
+   could not pass silently: the original's ``out + weight * noise`` would fail to
+   broadcast.
+3. **Swallowed errors.** ``GFPGANer.enhance`` wraps the forward in
+   ``except RuntimeError`` and only prints ``Failed inference for GFPGAN: ...``
+   (``gfpgan/utils.py:128``), returning the *unrestored* face: a DirectML failure
+   looks like a model that does nothing. That ``print`` is the one call made inside
+   the ``except`` block, so ``gfpgan.utils`` gets a module-level ``print`` that first
+   logs the live exception with its traceback on logger ``dmlshim`` (ERROR) and counts
+   it as op ``GFPGANer.enhance``, action ``error``; then prints as before.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import sys
+import time
+
+import torch
+
+from .. import trace
+from ._wrap import Context, PatchSet
+from .facexlib import default_device, when_active
+
+_patches = PatchSet(__name__)
+
+_STYLECONV = ("gfpgan.archs.stylegan2_clean_arch", "gfpgan.archs.stylegan2_bilinear_arch")
+_UTILS = "gfpgan.utils"
+_print = None           # our module-level print in gfpgan.utils while installed
+
+
+def install(ctx: Context) -> None:
+    global _print
+    _patches.wrap(_UTILS, "GFPGANer.__init__", when_active(ctx, default_device))
+    for module in _STYLECONV:
+        _patches.wrap(module, "StyleConv.forward", _noise_from_cpu(ctx))
+    utils = sys.modules.get(_UTILS)
+    if utils is not None and "print" not in vars(utils):
+        _print = _logging_print(ctx)
+        utils.print = _print
+
+
+def uninstall() -> None:
+    global _print
+    _patches.restore()
+    utils = sys.modules.get(_UTILS)
+    if _print is not None and utils is not None and vars(utils).get("print") is _print:
+        del utils.print
+    _print = None
+
+
+def noise_size(conv, x: torch.Tensor):
+    """``(h, w)`` of ``conv(x, style)`` for a StyleGAN2 ``ModulatedConv2d``: resampled as
+    ``F.interpolate(scale_factor=2 | 0.5)`` does (floor), then a stride-1 conv."""
+    h, w = x.shape[-2:]
+    scale = {"upsample": 2.0, "downsample": 0.5}.get(conv.sample_mode, 1.0)
+    h, w = math.floor(h * scale), math.floor(w * scale)
+    grow = 2 * conv.padding - conv.kernel_size + 1
+    return h + grow, w + grow
+
+
+def _noise_from_cpu(ctx: Context):
+    def wrapper(wrapped, instance, args, kwargs):
+        x = args[0] if args else kwargs.get("x")
+        noise = args[2] if len(args) > 2 else kwargs.get("noise")
+        if noise is not None or not ctx.active or not ctx.on_target(x):
+            return wrapped(*args, **kwargs)
+        start = time.perf_counter()
+        h, w = noise_size(instance.modulated_conv, x)
+        noise = torch.randn(x.shape[0], 1, h, w, dtype=x.dtype).to(x.device)
+        trace.record("StyleConv.noise", "cpu", time.perf_counter() - start,
+                     h2d=trace.nbytes(noise), args=(x,))
+        style = args[1] if len(args) > 1 else kwargs["style"]
+        return wrapped(x, style, noise=noise)
+    return wrapper
+
+
+def _logging_print(ctx: Context):
+    def print(*args, **kwargs):  # noqa: A001  (shadows the builtin in gfpgan.utils only)
+        error = sys.exc_info()[1]
+        if ctx.active and isinstance(error, RuntimeError):
+            trace.logger.error("GFPGANer.enhance caught this error and returned the face "
+                               "unrestored: %s", error, exc_info=error)
+            trace.record("GFPGANer.enhance", "error", 0.0)
+        builtins.print(*args, **kwargs)
+    return print
+

@@ -1,0 +1,179 @@
+"""Random-weight GFPGAN model files, built offline with the libraries' own classes.
+
+GFPGAN's weights come from GitHub releases at run time, which tests and CI cannot
+reach. :func:`build` writes the three files a real run downloads, from the very classes
+that load them, with seeded random weights:
+
+====================================  ===================================================
+file (in the returned folder)         class, as ``GFPGANer`` / facexlib construct it
+====================================  ===================================================
+``GFPGANv1Clean.pth``                 ``GFPGANv1Clean(out_size=512, channel_multiplier=2,
+                                      ...)`` under ``params_ema`` (87M parameters, 350 MB)
+``gfpgan/weights/detection_Resnet50_Final.pth``  facexlib ``RetinaFace('resnet50')``
+``gfpgan/weights/parsing_parsenet.pth``          facexlib ``ParseNet(512, 512, 19)``
+====================================  ===================================================
+
+:func:`restorer` then builds a ``GFPGANer`` through its real loader: ``torch.load`` +
+strict ``load_state_dict`` of the GFPGAN file, and facexlib's ``init_detection_model`` /
+``init_parsing_model``, which find their files in ``./gfpgan/weights`` (GFPGANer passes
+``model_rootpath='gfpgan/weights'``, relative to the working folder; :func:`restorer`
+runs the constructor inside the cache folder).
+
+**The weights are random**: the restored faces are noise. The point is running the
+real detect -> align -> restore -> paste-back code, e.g. to compare a device with the CPU.
+
+StyleGAN2's noise strengths (``StyleConv.weight``) start at zero, which would make the
+random noise invisible; :func:`strengthen_noise` sets them to 0.1 as trained models have
+non-zero ones, so a seed (and where the noise is drawn) shows in the output.
+
+A random RetinaFace finds no face (no score passes GFPGANer's 0.97 threshold), so the
+detector's three 1x1 output heads are set so that detection always happens and is
+decided by the real network:
+
+* class head: bias +-5 so that only the 512-pixel anchor of the stride-32 level scores
+  "face" (softmax ~0.99995 > 0.97);
+* box head: width/height bias doubling that anchor to 1024 pixels: boxes whose centres
+  are less than ~440 pixels apart overlap with IoU > 0.4, so NMS keeps one face in the
+  bundled 256x256 photo (and about one per 440-pixel area in larger images);
+* landmark head: bias = the FFHQ 5-point template GFPGAN aligns to (eyes, nose, mouth
+  corners), scaled to an eye distance of ~48 pixels around the anchor centre;
+* all three heads keep their random weights scaled by 1e-3 (class) / 1e-4 (boxes,
+  landmarks): the backbone's features still move the scores and landmarks, so *which*
+  face wins and where its landmarks land depend on every layer of the real forward.
+
+Usage::
+
+    from gfpgan_models import build, restorer
+    folder = build()                      # cached under ~/.cache/dmlshim/gfpgan
+    gfpganer = restorer(folder, device)   # a real gfpgan.GFPGANer
+"""
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+
+GFPGAN_FILE = "GFPGANv1Clean.pth"
+DETECTION_FILE = "gfpgan/weights/detection_Resnet50_Final.pth"
+PARSING_FILE = "gfpgan/weights/parsing_parsenet.pth"
+
+# GFPGANer's face template (facexlib FaceRestoreHelper, 512x512 crop): left eye, right
+# eye, nose, left and right mouth corner, in pixels.
+FFHQ_TEMPLATE = ((192.98138, 239.94708), (318.90277, 240.1936), (256.63416, 314.01935),
+                 (201.26117, 371.41043), (313.08905, 371.15118))
+EYE_DISTANCE = 48.0          # pixels, about the astronaut's in examples/data/astronaut.jpg
+FACE_LOGIT = 5.0             # class-head bias: +5 face / -5 background on the chosen anchor
+CLASS_WEIGHT_SCALE = 1e-3
+REGRESSION_WEIGHT_SCALE = 1e-4
+BOX_GROWTH = 3.4657359     # box-head w/h bias: exp(3.4657 * variance 0.2) = 2, 1024-pixel boxes
+
+
+def default_cache_dir():
+    """``$DMLSHIM_CACHE/gfpgan``, else ``~/.cache/dmlshim/gfpgan``."""
+    root = os.environ.get("DMLSHIM_CACHE") or Path.home() / ".cache" / "dmlshim"
+    return Path(root) / "gfpgan"
+
+
+def build(cache_dir=None, *, seed=0):
+    """Write the three random-weight files (once per seed) and return their folder.
+
+    Args:
+        cache_dir: parent folder; default :func:`default_cache_dir`.
+        seed: ``torch.manual_seed`` for the random initialisation.
+    Returns:
+        ``pathlib.Path`` of ``<cache_dir>/seed<seed>-<recipe>``; ``recipe`` hashes this
+        file, so editing how the weights are made never reuses stale files.
+    """
+    recipe = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8]
+    folder = Path(cache_dir or default_cache_dir()) / f"seed{seed}-{recipe}"
+    makers = {GFPGAN_FILE: _gfpgan_state, DETECTION_FILE: _detection_state, PARSING_FILE: _parsing_state}
+    for name, make in makers.items():
+        path = folder / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                state = make()
+            tmp = path.with_suffix(".tmp")
+            torch.save(state, tmp)
+            os.replace(tmp, path)        # a crash never leaves a half-written file behind
+    return folder
+
+
+def restorer(folder, device, *, upscale=2):
+    """``gfpgan.GFPGANer`` for the files in ``folder`` (from :func:`build`) on ``device``."""
+    from gfpgan import GFPGANer
+
+    with working_folder(folder):
+        return GFPGANer(model_path=str(Path(folder, GFPGAN_FILE).resolve()), upscale=upscale,
+                        arch="clean", channel_multiplier=2, device=device)
+
+
+@contextlib.contextmanager
+def working_folder(folder):
+    """Run the body with ``folder`` as the working folder (``contextlib.chdir`` is 3.11+)."""
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def _gfpgan_state():
+    from gfpgan.archs.gfpganv1_clean_arch import GFPGANv1Clean
+
+    # The arguments GFPGANer(arch="clean", channel_multiplier=2) uses (gfpgan/utils.py).
+    net = GFPGANv1Clean(out_size=512, num_style_feat=512, channel_multiplier=2, decoder_load_path=None,
+                        fix_decoder=False, num_mlp=8, input_is_latent=True, different_w=True,
+                        narrow=1, sft_half=True)
+    return {"params_ema": strengthen_noise(net).state_dict()}
+
+
+def strengthen_noise(net, strength=0.1):
+    """Set every StyleGAN2 noise strength (``StyleConv.weight``, zero at init) of ``net``."""
+    with torch.no_grad():
+        for module in net.modules():
+            if type(module).__name__ == "StyleConv":
+                module.weight.fill_(strength)
+    return net
+
+
+def _detection_state():
+    from facexlib.detection.retinaface import RetinaFace
+
+    net = RetinaFace(network_name="resnet50", half=False, device="cpu")
+    with torch.no_grad():
+        for level, heads in enumerate(zip(net.ClassHead, net.BboxHead, net.LandmarkHead)):
+            cls, box, landmark = (head.conv1x1 for head in heads)
+            cls.weight.mul_(CLASS_WEIGHT_SCALE)
+            box.weight.mul_(REGRESSION_WEIGHT_SCALE)
+            landmark.weight.mul_(REGRESSION_WEIGHT_SCALE)
+            box.bias.view(-1, 4).copy_(torch.tensor([0.0, 0.0, BOX_GROWTH, BOX_GROWTH]))
+            # channels are (anchor, class) and (anchor, point, xy); anchor 1 = min_size 512
+            cls.bias.view(-1, 2).copy_(torch.tensor([FACE_LOGIT, -FACE_LOGIT]))
+            landmark.bias.zero_()
+            if level == len(net.ClassHead) - 1:
+                cls.bias.view(-1, 2)[1] = torch.tensor([-FACE_LOGIT, FACE_LOGIT])
+                landmark.bias.view(-1, 10)[1] = _landmark_offsets(net.cfg)
+    return net.state_dict()
+
+
+def _landmark_offsets(cfg):
+    """Landmark-head outputs that decode to the face template around an anchor centre.
+
+    facexlib's ``decode_landm``: point = centre + output * variance[0] * anchor size.
+    """
+    anchor = cfg["min_sizes"][-1][-1]
+    scale = EYE_DISTANCE / (FFHQ_TEMPLATE[1][0] - FFHQ_TEMPLATE[0][0])
+    centre = 256.0      # the template's crop is 512 pixels wide
+    offsets = [(coordinate - centre) * scale / (cfg["variance"][0] * anchor)
+               for point in FFHQ_TEMPLATE for coordinate in point]
+    return torch.tensor(offsets)
+
+
+def _parsing_state():
+    from facexlib.parsing.parsenet import ParseNet
+
+    return ParseNet(in_size=512, out_size=512, parsing_ch=19).state_dict()

@@ -1,0 +1,319 @@
+"""GFPGAN 1.3.8 (basicsr 1.4.2, facexlib 0.3.0) on the DirectML device, against the CPU.
+
+Real library code throughout: random-weight models built with gfpgan's and facexlib's
+own classes (examples/gfpgan_models.py) and loaded through ``GFPGANer``'s loader.
+``conftest.py`` makes the registry's CUDA-only torchvision importable here
+(examples/torchvision_ops.py); real users' torchvision needs nothing.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import dmlshim
+from dmlshim import emulation, patches
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
+import gfpgan_models  # noqa: E402  (imports no third-party library at its top)
+
+PHOTO = EXAMPLES / "data" / "astronaut.jpg"
+
+# torch-directml's own normal_ kernel (0.2.5: native, failure_modes.md #33/#39) draws
+# from the device's random stream, seeded from the CPU generator (#35): same seed,
+# different numbers than the CPU. Emulated here as a stream seeded from the CPU
+# default generator; the other rule is the missing kernel of older builds (#39).
+def _directml_stream_normal_(self, mean=0.0, std=1.0, *, generator=None):
+    seed = int(torch.randint(0, 2**62, ()))
+    values = torch.empty(self.shape, dtype=self.dtype).normal_(
+        mean, std, generator=torch.Generator().manual_seed(seed))
+    return self.copy_(values)
+
+
+NORMAL_RULES = {
+    "own_stream": emulation.Rule("normal_", replace=_directml_stream_normal_,
+                                 source="failure_modes.md #35 (device RNG seeded from the CPU)"),
+    "no_kernel": emulation.Rule("normal_", error=NotImplementedError,
+                                message="Could not run 'aten::normal_' with arguments from the 'DML' backend.",
+                                source="failure_modes.md #39"),
+}
+OUT_OF_MEMORY = emulation.Rule(
+    "convolution_overrideable", message="Could not allocate tensor with 134217728 bytes. "
+    "There is not enough GPU video memory available!", source="failure_modes.md #26")
+
+
+@pytest.fixture
+def shim():
+    dmlshim.deactivate()
+    dmlshim.activate()
+    yield
+    dmlshim.deactivate()
+
+
+@pytest.fixture(scope="session")
+def gfpgan_lib():
+    """``gfpgan`` imported (basicsr needs dmlshim active at its first import)."""
+    was_active = dmlshim.is_active()
+    dmlshim.activate()
+    import gfpgan
+    if not was_active:
+        dmlshim.deactivate()
+    return gfpgan
+
+
+@pytest.fixture(scope="session")
+def model_files(tmp_path_factory, gfpgan_lib):
+    return gfpgan_models.build(tmp_path_factory.mktemp("gfpgan_models"))
+
+
+def small_gfpgan(seed=0):
+    """GFPGANv1Clean at out_size 64 (3M parameters): same code paths as the 512 model."""
+    from gfpgan.archs.gfpganv1_clean_arch import GFPGANv1Clean
+
+    torch.manual_seed(seed)
+    net = GFPGANv1Clean(out_size=64, num_style_feat=64, channel_multiplier=1, decoder_load_path=None,
+                        fix_decoder=False, num_mlp=2, input_is_latent=True, different_w=True,
+                        narrow=0.25, sft_half=True).eval()
+    return gfpgan_models.strengthen_noise(net)
+
+
+def forward(model, x, seed):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        image, rgbs = model(x, return_rgb=True)
+    return [t.cpu() for t in (image, *rgbs)]
+
+
+def forward_both(dml_device, seed=1):
+    """(device outputs, CPU outputs) of the same small model, input and seed."""
+    cpu = small_gfpgan()
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    reference = forward(cpu, x, seed)
+    device = small_gfpgan().to(dml_device)
+    return forward(device, x.to(dml_device), seed), reference
+
+
+def assert_all_equal(actual, expected):
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ the model itself
+
+def noise_calls():
+    return sum(r["calls"] for r in dmlshim.report().rows if r["op"] == "StyleConv.noise")
+
+
+def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, shim):
+    before = noise_calls()
+    device_out, cpu_out = forward_both(dml_device)
+    assert_all_equal(device_out, cpu_out)
+    assert noise_calls() - before == 9          # out_size 64: 1 + 2 * (log2(64) - 2) StyleConvs
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("rule", sorted(NORMAL_RULES))
+def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule):
+    """Without the shim DirectML's normal_ breaks seeded parity; with it, exact."""
+    with emulation.configured(rules=[NORMAL_RULES[rule]], extend=True):
+        dmlshim.deactivate()
+        if rule == "no_kernel":
+            with pytest.raises(NotImplementedError, match="aten::normal_"):
+                forward_both(dml_device)
+        else:
+            device_out, cpu_out = forward_both(dml_device)
+            assert not torch.equal(device_out[0], cpu_out[0])
+        dmlshim.activate()
+        try:
+            device_out, cpu_out = forward_both(dml_device)
+        finally:
+            dmlshim.deactivate()
+    assert_all_equal(device_out, cpu_out)
+
+
+def test_noise_size_matches_styleconv(gfpgan_lib):
+    """The noise the shim makes has the shape StyleConv's own new_empty() would get."""
+    from gfpgan.archs import stylegan2_bilinear_arch, stylegan2_clean_arch
+    from dmlshim.patches.gfpgan import noise_size
+
+    for arch in (stylegan2_clean_arch, stylegan2_bilinear_arch):
+        for mode in ("upsample", None, "downsample"):
+            conv = arch.StyleConv(4, 4, 3, num_style_feat=8, sample_mode=mode).modulated_conv
+            x = torch.randn(2, 4, 7, 9)
+            out = conv(x, torch.randn(2, 8))
+            assert noise_size(conv, x) == tuple(out.shape[-2:]), (arch.__name__, mode)
+
+
+# ------------------------------------------------------------------ the whole pipeline
+
+@pytest.fixture(scope="module")
+def restorers(model_files, dml_device):
+    """(device GFPGANer, CPU GFPGANer) from the same random-weight files."""
+    return gfpgan_models.restorer(model_files, dml_device), gfpgan_models.restorer(model_files, "cpu")
+
+
+def enhance(restorer, image, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    return restorer.enhance(image, **kwargs)
+
+
+def test_enhance_detect_align_restore_paste_equals_cpu(restorers, dml_device, shim):
+    import cv2
+
+    image = cv2.imread(str(PHOTO))
+    device_restorer, cpu_restorer = restorers
+    for model in (device_restorer.gfpgan, device_restorer.face_helper.face_det,
+                  device_restorer.face_helper.face_parse):
+        assert next(model.parameters()).device.type == dml_device.type
+    cropped, restored, pasted = enhance(device_restorer, image)
+    cpu_cropped, cpu_restored, cpu_pasted = enhance(cpu_restorer, image)
+
+    assert len(cropped) == len(cpu_cropped) == 1                 # the detector found the face
+    assert cropped[0].shape == (512, 512, 3) and pasted.shape == (512, 512, 3)
+    assert not np.array_equal(restored[0], cropped[0])          # restoration ran (not swallowed)
+    for a, b in [*zip(cropped, cpu_cropped), *zip(restored, cpu_restored), (pasted, cpu_pasted)]:
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(device_restorer.face_helper.all_landmarks_5,
+                                  cpu_restorer.face_helper.all_landmarks_5)
+
+
+@pytest.mark.emulated_only
+def test_swallowed_error_is_logged(restorers, caplog):
+    """GFPGANer.enhance hides a failed forward; with dmlshim it is logged on ``dmlshim``."""
+    import cv2
+
+    face = cv2.resize(cv2.imread(str(PHOTO)), (512, 512))
+    device_restorer, _ = restorers
+    with emulation.configured(rules=[OUT_OF_MEMORY], extend=True):
+        dmlshim.deactivate()
+        with caplog.at_level("ERROR", logger="dmlshim"):
+            _, restored, _ = enhance(device_restorer, face, has_aligned=True)
+        assert not caplog.records                                  # silent without the shim
+        np.testing.assert_array_equal(restored[0], face)         # ... and the face unrestored
+
+        dmlshim.activate()
+        try:
+            with caplog.at_level("ERROR", logger="dmlshim"):
+                enhance(device_restorer, face, has_aligned=True)
+        finally:
+            dmlshim.deactivate()
+    [record] = [r for r in caplog.records if r.name == "dmlshim"]
+    assert "GFPGANer.enhance" in record.getMessage()
+    assert "not enough GPU video memory" in record.getMessage()
+    assert record.exc_info is not None                            # with the traceback
+
+
+# ------------------------------------------------------------------ device defaults
+
+def test_facexlib_default_device(model_files, monkeypatch):
+    """init_parsing_model's default is device='cuda'; with dmlshim it is select_device()."""
+    import facexlib.detection.retinaface as retinaface
+    import facexlib.parsing as parsing      # looked up at call time: the patch wraps it there
+
+    weights = str(model_files / "gfpgan" / "weights")
+    dmlshim.deactivate()
+    if not torch.cuda.is_available():
+        with pytest.raises((AssertionError, RuntimeError), match="CUDA"):
+            parsing.init_parsing_model("parsenet", model_rootpath=weights)
+    # facexlib 0.2.5 keeps a module-level device (detection/retinaface.py:14)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(retinaface, "device", cuda, raising=False)
+    dmlshim.activate()
+    try:
+        model = parsing.init_parsing_model("parsenet", model_rootpath=weights)
+        assert next(model.parameters()).device == dmlshim.select_device()
+        assert retinaface.device == dmlshim.select_device()
+    finally:
+        dmlshim.deactivate()
+    assert retinaface.device is cuda
+
+
+# ------------------------------------------------------------------ import order
+
+IMPORT_ORDER_SCRIPT = r"""
+import json, sys
+sys.path.insert(0, {examples!r})
+import torchvision_ops
+torchvision_ops.apply()       # this machine's CUDA-only torchvision; imports nothing
+for step in {steps!r}:
+    if step == "dmlshim":
+        import dmlshim
+        dmlshim.activate()
+    else:
+        __import__(step)
+import gfpgan, facexlib, basicsr, dmlshim
+from dmlshim import patches
+from dmlshim.patches import facexlib as fx_patch, gfpgan as gf_patch
+
+def owner(module, attr):
+    obj = sys.modules[module]
+    *path, name = attr.split(".")
+    for part in path:
+        obj = getattr(obj, part)
+    return obj, name
+
+targets = [*fx_patch._DEFAULTS, ("gfpgan.utils", "GFPGANer.__init__"),
+           *((m, "StyleConv.forward") for m in gf_patch._STYLECONV)]
+def wrapped():
+    return [getattr(*owner(*t)) is not patches.original(*owner(*t)) for t in targets]
+
+active = dict(installed=sorted(patches.installed()), wrapped=wrapped(),
+              alias="torchvision.transforms.functional_tensor" in sys.modules,
+              print="print" in vars(gfpgan.utils))
+dmlshim.deactivate()
+after = dict(installed=patches.installed(), wrapped=wrapped(),
+             alias="torchvision.transforms.functional_tensor" in sys.modules,
+             print="print" in vars(gfpgan.utils))
+print(json.dumps(dict(active=active, after=after)))
+"""
+
+
+ORDERS = [
+    ["dmlshim", "torch", "torchvision", "facexlib", "basicsr"],
+    ["torch", "torchvision", "facexlib", "dmlshim", "basicsr"],
+    ["facexlib", "dmlshim", "basicsr", "torchvision", "torch"],
+    ["torchvision", "dmlshim", "basicsr", "facexlib"],
+    ["dmlshim", "basicsr", "facexlib", "torch"],
+]
+BASICSR_FIRST = ["torch", "basicsr", "dmlshim"]
+
+
+@pytest.fixture(scope="module")
+def import_runs():
+    """``{order: (returncode, stdout, stderr)}``: one fresh Python per order, all started
+    at once (each spends ~5 s importing the gfpgan stack)."""
+    runs = {}
+    for steps in (*ORDERS, BASICSR_FIRST):
+        script = IMPORT_ORDER_SCRIPT.format(examples=str(EXAMPLES), steps=steps)
+        runs[tuple(steps)] = subprocess.Popen([sys.executable, "-c", script], text=True,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    results = {}
+    for steps, process in runs.items():
+        stdout, stderr = process.communicate(timeout=600)
+        results[steps] = (process.returncode, stdout, stderr)
+    return results
+
+
+@pytest.mark.parametrize("steps", ORDERS, ids="-".join)
+def test_import_order_does_not_matter_and_deactivate_restores(import_runs, steps):
+    returncode, stdout, stderr = import_runs[tuple(steps)]
+    assert returncode == 0, stderr[-3000:]
+    state = json.loads(stdout.strip().splitlines()[-1])
+    active, after = state["active"], state["after"]
+    assert {"basicsr", "facexlib", "gfpgan"} <= set(active["installed"])
+    assert all(active["wrapped"]) and active["alias"] and active["print"]
+    assert after == {"installed": [], "wrapped": [False] * len(active["wrapped"]),
+                     "alias": False, "print": False}
+
+
+def test_basicsr_before_dmlshim_still_fails(import_runs):
+    """The documented limit: basicsr dies inside its own import before any hook runs."""
+    returncode, _, stderr = import_runs[tuple(BASICSR_FIRST)]
+    assert returncode != 0
+    assert "torchvision.transforms.functional_tensor" in stderr
