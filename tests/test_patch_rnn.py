@@ -190,3 +190,13 @@ def test_empty_batch_equals_cpu(shim, dml_device):
     x = torch.randn(2, 0, 3)
     expected = cpu(x)
     _assert_same(dev(x.to(dml_device)), expected)
+
+
+def test_deactivate_frees_the_cache(dml_device):
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    model = torch.nn.LSTM(4, 4).to(dml_device)
+    model(torch.randn(2, 1, 4).to(dml_device))
+    assert rnn_patch.cache.size()[0] >= 4
+    dmlshim.deactivate()
+    assert rnn_patch.cache.size() == (0, 0)

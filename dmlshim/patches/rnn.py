@@ -159,3 +159,4 @@ def install(ctx: Context) -> None:
 
 def uninstall() -> None:
     _patches.restore()
+    cache.clear()                           # deactivate() frees the CPU copies
