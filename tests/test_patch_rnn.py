@@ -200,3 +200,17 @@ def test_deactivate_frees_the_cache(dml_device):
     assert rnn_patch.cache.size()[0] >= 4
     dmlshim.deactivate()
     assert rnn_patch.cache.size() == (0, 0)
+
+
+def test_threads_share_the_module_safely(shim, dml_device):
+    from concurrent.futures import ThreadPoolExecutor
+    torch.manual_seed(0)
+    cpu, dev = _pair(torch.nn.LSTM(4, 5, bidirectional=True), dml_device)
+    xs = [torch.randn(6, 1, 4) for _ in range(8)]
+    with torch.no_grad(), ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda x: dev(x.to(dml_device))[0].cpu(), xs))
+        # the reference runs in worker threads too: CPU LSTM numerics differ (~1e-8)
+        # between the main thread and worker threads, with or without dmlshim
+        expected = list(pool.map(lambda x: cpu(x)[0], xs))
+    for out, ref in zip(outs, expected):
+        assert_close(out, ref, **exact)
