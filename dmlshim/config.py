@@ -9,6 +9,8 @@ Variables
 ``DMLSHIM_TRACE``     ``0`` (default) | ``1`` (one log line per intercepted call on
                       logger ``dmlshim``) | a file path (JSON Lines, appended).
 ``DMLSHIM_FALLBACK``  ``auto`` (default) | ``known`` | ``off``.
+``DMLSHIM_CODEPAGE``  code page of DirectML's localized error texts (``936``, ``gbk``...);
+                      default: the system ANSI code page (see ``dmlshim.errors``).
 ``DMLSHIM_DEVICE``    ``auto`` (default) | ``directml`` | ``cuda`` | ``xpu`` | ``mps`` |
                       ``cpu`` (optionally with an index, ``cuda:1``).
                       ``INFERENCE_DEVICE`` is honoured as an alias.
@@ -93,4 +95,7 @@ def from_env(target: Optional[str] = None, *, trace=None, fallback: Optional[str
         fallback = parse_fallback(environ.get("DMLSHIM_FALLBACK", "auto") or "auto", name="DMLSHIM_FALLBACK")
     else:
         fallback = parse_fallback(fallback)
+    if environ.get("DMLSHIM_CODEPAGE", "").strip():      # validated now, used by dmlshim.errors
+        from .errors import parse_codepage
+        parse_codepage(environ["DMLSHIM_CODEPAGE"])
     return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ))

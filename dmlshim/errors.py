@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
-    "DirectMLError", "HResult", "HRESULTS", "ansi_codepage", "decode",
+    "DirectMLError", "HResult", "HRESULTS", "ansi_codepage", "parse_codepage", "decode",
     "recognise", "classify", "translate", "describe_inputs",
 ]
 
@@ -115,15 +115,22 @@ def ansi_codepage() -> str:
     """
     env = os.environ.get("DMLSHIM_CODEPAGE", "").strip()
     if env:
-        name = f"cp{env}" if env.isdigit() else env
-        try:
-            return codecs.lookup(name).name
-        except LookupError:
-            raise ValueError(
-                f"DMLSHIM_CODEPAGE={env!r} is not a known code page; allowed: a "
-                "Windows code page number (936, 932, 949, 950, 1251, 1252, 65001, ...) "
-                "or a Python codec name (cp936, gbk, shift_jis, utf-8, ...)") from None
+        return parse_codepage(env)
     return _system_codepage()
+
+
+def parse_codepage(value: str, *, name: str = "DMLSHIM_CODEPAGE") -> str:
+    """A code page number (``936``) or codec name (``gbk``) as Python's codec name.
+
+    Raises ``ValueError`` naming ``name`` and the allowed values."""
+    text = str(value).strip()
+    try:
+        return codecs.lookup(f"cp{text}" if text.isdigit() else text).name
+    except LookupError:
+        raise ValueError(
+            f"{name}={value!r} is not a known code page; allowed: a Windows code page "
+            "number (936, 932, 949, 950, 1251, 1252, 65001, ...) or a Python codec name "
+            "(cp936, gbk, shift_jis, utf-8, ...)") from None
 
 
 def _system_codepage():
