@@ -122,13 +122,18 @@ def working_folder(folder):
 
 
 def _gfpgan_state():
+    return {"params_ema": gfpgan_net().state_dict()}
+
+
+def gfpgan_net(out_size=512):
+    """``GFPGANv1Clean`` with the arguments ``GFPGANer(arch="clean", channel_multiplier=2)``
+    uses (gfpgan/utils.py), random weights from the current seed, noise strengths 0.1."""
     from gfpgan.archs.gfpganv1_clean_arch import GFPGANv1Clean
 
-    # The arguments GFPGANer(arch="clean", channel_multiplier=2) uses (gfpgan/utils.py).
-    net = GFPGANv1Clean(out_size=512, num_style_feat=512, channel_multiplier=2, decoder_load_path=None,
-                        fix_decoder=False, num_mlp=8, input_is_latent=True, different_w=True,
-                        narrow=1, sft_half=True)
-    return {"params_ema": strengthen_noise(net).state_dict()}
+    net = GFPGANv1Clean(out_size=out_size, num_style_feat=512, channel_multiplier=2,
+                        decoder_load_path=None, fix_decoder=False, num_mlp=8, input_is_latent=True,
+                        different_w=True, narrow=1, sft_half=True)
+    return strengthen_noise(net).eval()
 
 
 def strengthen_noise(net, strength=0.1):

@@ -1,0 +1,133 @@
+"""GFPGANv1Clean 512x512 forward: plain CPU vs the emulated DirectML device + dmlshim.
+
+The model is GFPGANv1Clean with the arguments ``GFPGANer`` uses (87M parameters,
+channel_multiplier 2) and random weights (examples/gfpgan_models.py); the input is one
+512x512 face crop, scaled to [-1, 1] as GFPGANer feeds it. ``torch.no_grad()``,
+random StyleGAN2 noise on every call (GFPGANer's default).
+
+Variants, timed interleaved (benchmarks/timing.py), seconds per forward:
+
+* ``cpu``            the model on the CPU, dmlshim inactive (the baseline)
+* ``cpu+shim``       the same with dmlshim active: the cost of the wrappers' fast path
+* ``emulated``       the model on the emulated DirectML device, dmlshim inactive
+* ``emulated+shim``  the same with dmlshim active (the noise then comes from the CPU
+                     generator and is copied over: patches/gfpgan.py)
+
+The emulator computes on this CPU, so ``emulated / cpu`` is the emulator's overhead, not a
+GPU speed-up; ``emulated+shim / emulated`` is what dmlshim adds on a DirectML device.
+One extra traced pass reads ``dmlshim.report()``: the share of the forward's wall time
+spent inside shim wrappers and the bytes it copied; it also checks that the device's
+output equals the CPU's for the same seed.
+"""
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import timing
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+import torchvision_ops  # noqa: E402  (this repo's CI: torchvision's CUDA-only wheel)
+
+torchvision_ops.apply()
+
+
+def face_crop(size):
+    """The bundled photo as GFPGANer prepares a face: RGB, [-1, 1], 1x3xSxS float32."""
+    import cv2
+
+    image = cv2.resize(cv2.imread(str(ROOT / "examples" / "data" / "astronaut.jpg")), (size, size))
+    x = torch.from_numpy(cv2.cvtColor(image, cv2.COLOR_BGR2RGB)).permute(2, 0, 1).float()
+    return (x / 255.0 - 0.5).div(0.5).unsqueeze(0)
+
+
+def traced_pass(model, x, seed):
+    """One forward on the device with fresh stats: wall seconds, report rows, output."""
+    import dmlshim
+    from dmlshim import trace
+
+    trace.reset()
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model(x, return_rgb=False)[0]
+    wall = time.perf_counter() - start
+    return wall, dmlshim.report().rows, out.cpu()
+
+
+def main():
+    parser = timing.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--size", type=int, choices=(128, 256, 512), default=None,
+                        help="out_size (default: 512; 128 with --quick)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch CPU threads for every variant (default %(default)s)")
+    args = parser.parse_args()
+    size = args.size or (128 if args.quick else 512)
+    repeats = 2 if args.quick else args.repeats
+    torch.set_num_threads(args.threads)
+
+    import dmlshim
+    from dmlshim import emulation
+
+    device = emulation.install()
+    dmlshim.activate()                   # basicsr (imported by gfpgan) needs it at import
+    import gfpgan_models
+    torch.manual_seed(0)
+    cpu_model = gfpgan_models.gfpgan_net(size)
+    dev_model = gfpgan_models.gfpgan_net(size)
+    dev_model.load_state_dict(cpu_model.state_dict())
+    dev_model.to(device)
+    dmlshim.deactivate()
+    params = sum(p.numel() for p in cpu_model.parameters())
+    x_cpu = face_crop(size)
+    x_dev = x_cpu.to(device)
+    print(f"GFPGANv1Clean out_size={size}: {params / 1e6:.1f}M parameters, random weights, "
+          f"{args.threads} threads", flush=True)
+
+    def forward(model, x):
+        def run():
+            with torch.no_grad():
+                model(x, return_rgb=False)
+        return run
+
+    timings = timing.measure(
+        {"cpu": forward(cpu_model, x_cpu), "cpu+shim": forward(cpu_model, x_cpu),
+         "emulated": forward(dev_model, x_dev), "emulated+shim": forward(dev_model, x_dev)},
+        setup={"cpu": dmlshim.deactivate, "cpu+shim": dmlshim.activate,
+               "emulated": dmlshim.deactivate, "emulated+shim": dmlshim.activate},
+        repeats=repeats, warmup=1)
+
+    dmlshim.activate()
+    wall, ops, out = traced_pass(dev_model, x_dev, seed=1)
+    dmlshim.deactivate()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        reference = cpu_model(x_cpu, return_rgb=False)[0]
+    same = torch.equal(out, reference)
+    shim_s = sum(r["seconds"] for r in ops)
+    h2d, d2h = sum(r["h2d"] for r in ops), sum(r["d2h"] for r in ops)
+    added = timings["emulated+shim"].median_s - timings["emulated"].median_s
+    note = (f"shim {100 * shim_s / wall:.1f}% of {wall:.2f} s (traced), "
+            f"{(h2d + d2h) / 2**20:.2f} MiB moved, {'identical' if same else 'DIFFERENT'} to CPU")
+    case = f"forward {size}x{size}"
+    rows = timing.rows(case, timings, baseline="cpu", note=note)
+    extra = {"model": "GFPGANv1Clean", "out_size": size, "parameters": params, "threads": args.threads,
+             "identical_to_cpu": same, "traced_wall_s": wall, "shim_seconds": shim_s,
+             "shim_share": shim_s / wall, "shim_added_median_s": added,
+             "shim_added_share": added / timings["emulated+shim"].median_s,
+             "bytes_h2d": h2d, "bytes_d2h": d2h,
+             "intercepted_calls": sum(r["calls"] for r in ops), "ops": ops}
+    print(f"{case}: {note}; emulated+shim - emulated = {added * 1e3:+.1f} ms "
+          f"({100 * extra['shim_added_share']:+.1f}% of emulated+shim median); ops: "
+          + ", ".join(f"{r['op']} {r['calls']}x {r['seconds'] * 1e3:.1f} ms" for r in ops[:4]),
+          flush=True)
+    timing.finish(args, "gfpgan", rows, extra)
+    if not same:
+        sys.exit("gfpgan_bench: the emulated DirectML output differs from the CPU's")
+
+
+if __name__ == "__main__":
+    main()
