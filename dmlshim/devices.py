@@ -1,8 +1,9 @@
 """Device selection and device facts.
 
 ``select_device()`` picks CUDA > DirectML > XPU > MPS > CPU, unless ``DMLSHIM_DEVICE``
-(alias ``INFERENCE_DEVICE``) forces one.  torch-directml is optional: without it
-DirectML simply counts as unavailable.
+(alias ``INFERENCE_DEVICE``) forces one.  torch-directml is optional: without it,
+DirectML counts as available only when the emulated device (``dmlshim.emulation``) is
+installed in this process - it then stands in for DirectML (tests, ``check``).
 """
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ def available(kind: str) -> bool:
         return torch.cuda.is_available()
     if kind == "directml":
         dml = _torch_directml()
+        if dml is None:
+            return _emulation() is not None
         try:
-            return dml is not None and dml.is_available() and dml.device_count() > 0
+            return dml.is_available() and dml.device_count() > 0
         except Exception:
             return False
     if kind == "xpu":
@@ -48,9 +51,18 @@ def available(kind: str) -> bool:
     raise ValueError(f"unknown device kind {kind!r}: allowed values are {', '.join(ORDER)}")
 
 
+def _emulation() -> Optional[Any]:
+    """``dmlshim.emulation`` when it is installed in this process (never imported here)."""
+    emulation = sys.modules.get("dmlshim.emulation")
+    return emulation if emulation is not None and emulation.is_installed() else None
+
+
 def _make(kind: str, index: Optional[int]) -> torch.device:
     if kind == "directml":
-        return _torch_directml().device(index or 0)
+        dml = _torch_directml()
+        if dml is None:                      # the emulated stand-in
+            return torch.device("privateuseone", index or 0)
+        return dml.device(index or 0)
     return torch.device(kind if index is None else f"{kind}:{index}")
 
 
@@ -97,17 +109,22 @@ def has_float64_support(device: Any = None) -> bool:
             return bool(dml.has_float64_support())
         except Exception:
             pass
-    emulation = sys.modules.get("dmlshim.emulation")
-    if emulation is not None and emulation.is_installed():
+    emulation = _emulation()
+    if emulation is not None:
         return bool(emulation.has_float64_support())
     return True
 
 
 def directml_adapters() -> List[Dict[str, Any]]:
-    """``[{"index", "name", "float64"}]`` for every DirectML adapter (empty without
-    torch-directml)."""
+    """``[{"index", "name", "float64"}]`` for every DirectML adapter (the emulated
+    device when it stands in; empty without either)."""
     dml = _torch_directml()
-    if dml is None or not available("directml"):
+    if dml is None:
+        if _emulation() is None:
+            return []
+        return [{"index": 0, "name": "emulated DirectML (dmlshim.emulation)",
+                 "float64": has_float64_support("privateuseone:0")}]
+    if not available("directml"):
         return []
     adapters = []
     for i in range(dml.device_count()):

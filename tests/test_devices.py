@@ -73,3 +73,14 @@ def test_info_command():
     done = subprocess.run([sys.executable, "-m", "dmlshim", "nonsense"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+@pytest.mark.emulated_only
+def test_emulated_device_stands_in_for_directml(dml_device, monkeypatch):
+    monkeypatch.setattr(devices, "_torch_directml", lambda: None)
+    assert devices.available("directml")
+    assert select_device("directml") == torch.device("privateuseone:0") == dml_device
+    monkeypatch.setenv("DMLSHIM_DEVICE", "dml")
+    assert select_device() == dml_device
+    [adapter] = devices.directml_adapters()
+    assert adapter["name"].startswith("emulated") and adapter["float64"] == devices.has_float64_support(dml_device)
