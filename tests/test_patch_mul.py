@@ -44,6 +44,7 @@ FORMS = {
     "m * x": lambda x, m: m * x,
     "torch.mul": lambda x, m: torch.mul(x, m),
     "torch.multiply": lambda x, m: torch.multiply(m, x),
+    "torch.mul kwargs": lambda x, m: torch.mul(input=m, other=x),
     "Tensor.mul": lambda x, m: x.mul(m),
     "Tensor.mul kwarg": lambda x, m: x.mul(other=m),
     "Tensor.multiply": lambda x, m: m.multiply(x),

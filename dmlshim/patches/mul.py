@@ -30,10 +30,23 @@ _ENTRY_POINTS = (
 )
 
 
+_KEYS = (("input", "self"), ("other",))      # keyword names of operand 0 and 1
+
+
 def _operands(args, kwargs):
-    a = args[0] if args else kwargs.get("input", kwargs.get("self"))
-    b = args[1] if len(args) > 1 else kwargs.get("other")
-    return a, b
+    return tuple(args[i] if len(args) > i else next((kwargs[k] for k in keys if k in kwargs), None)
+                 for i, keys in enumerate(_KEYS))
+
+
+def _replace_operands(args, kwargs, operands):
+    """``args``/``kwargs`` with the two operands replaced where they were passed."""
+    args, kwargs = list(args), dict(kwargs)
+    for i, (keys, value) in enumerate(zip(_KEYS, operands)):
+        if len(args) > i:
+            args[i] = value
+        else:
+            kwargs[next(k for k in keys if k in kwargs)] = value
+    return tuple(args), kwargs
 
 
 def _is_bool(x) -> bool:
@@ -41,7 +54,7 @@ def _is_bool(x) -> bool:
 
 
 def coerce_bool_operands(args, kwargs, inplace: bool):
-    """Return ``(args, kwargs)`` with bool tensor operands cast to the computation
+    """Return ``(args, kwargs)`` with the bool tensor operand cast to the computation
     dtype, or None when nothing needs casting (no bool operand, both bool, or an
     in-place op on a bool ``self`` whose result is bool anyway)."""
     a, b = _operands(args, kwargs)
@@ -51,20 +64,8 @@ def coerce_bool_operands(args, kwargs, inplace: bool):
     dtype = a.dtype if inplace else torch.result_type(a, b)
     if dtype is torch.bool:
         return None
-    if a_bool:
-        a = a.to(dtype)
-    else:
-        b = b.to(dtype)
-    args = (a, b, *args[2:]) if len(args) >= 2 else args
-    if len(args) < 2:                       # operands passed by keyword
-        kwargs = dict(kwargs)
-        if "other" in kwargs:
-            kwargs["other"] = b
-        if len(args) == 1:
-            args = (a,)
-        else:
-            kwargs["input" if "input" in kwargs else "self"] = a
-    return args, kwargs
+    operands = (a.to(dtype), b) if a_bool else (a, b.to(dtype))
+    return _replace_operands(args, kwargs, operands)
 
 
 def _handler(inplace: bool):
