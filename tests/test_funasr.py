@@ -36,7 +36,7 @@ ASR_KINDS = ("paraformer", "bicif", "seaco")
 
 
 def auto_model(model_dir, device, **kwargs):
-    return AutoModel(model=str(model_dir), device=str(device), ncpu=2, disable_update=True,
+    return AutoModel(model=str(model_dir), device=str(device), ncpu=1, disable_update=True,
                      disable_pbar=True, log_level="ERROR", **kwargs)
 
 
@@ -55,6 +55,15 @@ def encode(model, device):
     with torch.no_grad():
         out, out_lens = model.model.encode(speech.to(device), lengths.to(device))
     return out.cpu(), out_lens.cpu()
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """AutoModel calls torch.set_num_threads(ncpu); give later tests their setting back.
+    (ncpu=1: on a busy 2-core machine, 2 threads wait on each other in every LSTM step.)"""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +239,7 @@ def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device):
     funasr_transcribe = load_example()
     try:
         status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
-                                         "--hotword", HOTWORDS, "--ncpu", "2",
+                                         "--hotword", HOTWORDS, "--ncpu", "1",
                                          "--cache-dir", str(tmp_path)])
     finally:
         dmlshim.deactivate()
@@ -256,7 +265,7 @@ def test_example_script_exits_1_when_the_device_differs(tmp_path, capsys, dml_de
     monkeypatch.setattr(funasr_transcribe, "transcribe", transcribe)
     try:
         status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
-                                         "--ncpu", "2", "--cache-dir", str(tmp_path)])
+                                         "--ncpu", "1", "--cache-dir", str(tmp_path)])
     finally:
         dmlshim.deactivate()
     out = capsys.readouterr().out

@@ -1,0 +1,130 @@
+"""FunASR paraformer-zh on DirectML: plain CPU vs the emulated DirectML device + dmlshim.
+
+The model is a SeacoParaformer with paraformer-zh's real dimensions (~247M
+parameters) and random weights, built offline by examples/funasr_models.py and
+loaded through ``AutoModel``; the audio is the bundled speech cut to 5 s and 11 s.
+
+Variants, timed interleaved (benchmarks/timing.py), seconds per utterance:
+
+* ``cpu``            AutoModel on the CPU, dmlshim inactive (the baseline)
+* ``cpu+shim``       the same with dmlshim active: the cost of the wrappers' fast path
+                     (they see no DirectML tensor and step aside)
+* ``emulated+shim``  AutoModel on the emulated DirectML device with dmlshim active.
+                     The emulator computes on this CPU, so the ratio is the emulator's
+                     and the shim's overhead, not a GPU speed-up.
+
+One extra traced pass per case reads ``dmlshim.report()``: the share of the
+utterance's wall time spent inside shim wrappers (this includes the CPU work of the
+ops they send to the CPU, e.g. the LSTMs, and the copies), and the bytes copied
+host->device and device->host per utterance. It also checks that the device's text
+equals the CPU's.
+"""
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+
+import timing
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+HOTWORDS = "天气 公园"
+
+
+def clips(seconds):
+    """{"5s": float32 array, ...}: the bundled Mandarin + English speech, cut to length."""
+    zh, rate = sf.read(ROOT / "examples" / "data" / "zh.wav", dtype="float32")
+    en, _ = sf.read(ROOT / "examples" / "data" / "en.wav", dtype="float32")
+    speech = np.concatenate([zh, en])
+    return {f"{s}s": speech[: s * rate] for s in seconds}
+
+
+def load(model_dir, device, ncpu):
+    from funasr import AutoModel
+    return AutoModel(model=str(model_dir), device=str(device), ncpu=ncpu, disable_update=True,
+                     disable_pbar=True, log_level="ERROR")
+
+
+def shim_pass(model, audio, hotword):
+    """One traced utterance on the device: wall seconds, report rows, result."""
+    import dmlshim
+    from dmlshim import trace
+
+    trace.reset()
+    start = time.perf_counter()
+    result = model.generate(audio, hotword=hotword)
+    wall = time.perf_counter() - start
+    return wall, dmlshim.report().rows, result
+
+
+def main():
+    parser = timing.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--size", choices=("real", "tiny"), default=None,
+                        help="model size (default: real; tiny with --quick)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="model cache (default: ~/.cache/dmlshim/funasr)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch CPU threads for every variant (default %(default)s; 1 is "
+                             "steadier on a shared machine)")
+    args = parser.parse_args()
+    size = args.size or ("tiny" if args.quick else "real")
+    repeats = 2 if args.quick else args.repeats
+    ncpu = args.threads
+
+    import dmlshim
+    from dmlshim import emulation
+    from funasr_models import build
+
+    device = emulation.install()
+    t0 = time.perf_counter()
+    model_dir = build("seaco", size=size, cache_dir=args.cache_dir)
+    build_s = time.perf_counter() - t0
+    cpu_model, dev_model = load(model_dir, "cpu", ncpu), load(model_dir, device, ncpu)
+    params = sum(p.numel() for p in cpu_model.model.parameters())
+    print(f"SeacoParaformer ({size}): {params / 1e6:.1f}M parameters, random weights, "
+          f"{ncpu} threads; model dir ready in {build_s:.1f} s", flush=True)
+
+    cases = [(name, audio, None) for name, audio in clips((5, 11)).items()]
+    cases.append(("11s+hotwords", cases[-1][1], HOTWORDS))
+    all_rows, extra = [], {"model": f"SeacoParaformer {size}", "parameters": params,
+                           "threads": ncpu, "cases": {}}
+    for case, audio, hotword in cases:
+        def run(model):
+            return lambda: model.generate(audio, hotword=hotword)
+
+        timings = timing.measure(
+            {"cpu": run(cpu_model), "cpu+shim": run(cpu_model), "emulated+shim": run(dev_model)},
+            setup={"cpu": dmlshim.deactivate, "cpu+shim": dmlshim.activate,
+                   "emulated+shim": dmlshim.activate},
+            repeats=repeats, warmup=1)
+        dmlshim.activate()
+        wall, ops, result = shim_pass(dev_model, audio, hotword)
+        dmlshim.deactivate()
+        reference = cpu_model.generate(audio, hotword=hotword)
+        same = [r["text"] for r in result] == [r["text"] for r in reference] and \
+            [r.get("timestamp") for r in result] == [r.get("timestamp") for r in reference]
+        shim_s = sum(r["seconds"] for r in ops)
+        h2d, d2h = sum(r["h2d"] for r in ops), sum(r["d2h"] for r in ops)
+        note = (f"shim {100 * shim_s / wall:.0f}% of {wall:.2f} s, "
+                f"{(h2d + d2h) / 2**20:.2f} MiB moved, {'identical' if same else 'DIFFERENT'}")
+        all_rows += timing.rows(case, timings, baseline="cpu", note=note)
+        top = sorted(ops, key=lambda r: r["seconds"], reverse=True)[:8]
+        extra["cases"][case] = {
+            "audio_s": len(audio) / 16000, "hotwords": hotword, "identical_to_cpu": same,
+            "traced_wall_s": wall, "shim_seconds": shim_s, "shim_share": shim_s / wall,
+            "bytes_h2d": h2d, "bytes_d2h": d2h, "intercepted_calls": sum(r["calls"] for r in ops),
+            "top_ops": top}
+        print(f"{case}: {note}; top ops: "
+              + ", ".join(f"{r['op']} {r['calls']}x {r['seconds'] * 1e3:.1f} ms" for r in top[:4]),
+              flush=True)
+    timing.finish(args, "funasr", all_rows, extra)
+    if not all(c["identical_to_cpu"] for c in extra["cases"].values()):
+        sys.exit("funasr_bench: the emulated DirectML transcription differs from the CPU's")
+
+
+if __name__ == "__main__":
+    main()
