@@ -6,7 +6,9 @@ The workload is FunASR-like steps that each go through a shim wrapper: 10 times
 shim with tracing off (baseline), to the ``dmlshim`` logger (a handler writing to
 os.devnull, so formatting is paid but no terminal), and to a JSON Lines file.
 The note gives the added cost per intercepted call (from the min times, the
-least noisy on a shared machine).
+least noisy on a shared machine). One intra-op thread: tracing is per-call
+Python work, and a single thread keeps a loaded machine's thread contention out
+of the comparison.
 
     python benchmarks/trace_overhead.py [--quick] [--json PATH]
 """
@@ -54,6 +56,7 @@ def activate(trace):
 
 def main():
     args = timing.arg_parser(__doc__.splitlines()[0]).parse_args()
+    torch.set_num_threads(1)
     dev = emulation.install()
     log = logging.getLogger("dmlshim")
     log.setLevel(logging.INFO)
