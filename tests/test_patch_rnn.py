@@ -214,3 +214,17 @@ def test_threads_share_the_module_safely(shim, dml_device):
         expected = list(pool.map(lambda x: cpu(x)[0], xs))
     for out, ref in zip(outs, expected):
         assert_close(out, ref, **exact)
+
+
+def test_inference_mode_then_training(shim, dml_device):
+    """Weights cached inside inference_mode must still work with autograd later."""
+    torch.manual_seed(0)
+    cpu, dev = _pair(torch.nn.LSTM(4, 3), dml_device)
+    x = torch.randn(5, 1, 4)
+    with torch.inference_mode():
+        _assert_same(dev(x.to(dml_device)), cpu(x))
+    xd, xc = x.to(dml_device).requires_grad_(), x.clone().requires_grad_()
+    dev(xd)[0].sum().backward()
+    cpu(xc)[0].sum().backward()
+    assert_close(xd.grad.cpu(), xc.grad, **exact)
+    assert_close(dev.weight_hh_l0.grad.cpu(), cpu.weight_hh_l0.grad, **exact)

@@ -78,7 +78,9 @@ class WeightCache:
             if entry is not None and entry[0]() is not w:
                 entry = None                   # id reused by a new tensor
         if entry is None or entry[1] != key:
-            with torch.no_grad():
+            # a normal tensor even inside inference_mode: the copy outlives this call
+            # and may be used by autograd later
+            with torch.inference_mode(False), torch.no_grad():
                 copy = w.detach().to("cpu")
             trace.moved(d2h=trace.nbytes(w))
             wid = id(w)
