@@ -156,7 +156,8 @@ def main(argv=None):
         print(f"NOTE: the {kind} model has random weights (built offline).")
     print(f"device: {device} (--device {args.device}); dmlshim active: {dmlshim.is_active()}")
 
-    results = transcribe(load(models, device, args.ncpu), args.audio, args.hotword, str(device))
+    model = load(models, device, args.ncpu)  # kept alive: report() shows its cached weights
+    results = transcribe(model, args.audio, args.hotword, str(device))
     show(results)
     print("\ndmlshim: intercepted calls on the device")
     print(dmlshim.report())
