@@ -197,3 +197,16 @@ def test_lazy_install_cancelled_by_deactivate(fake_library):
     dmlshim.deactivate()
     core = importlib.import_module(f"{name}.core")
     assert patch_module.installs == 0 and core.scale(1) == 2
+
+
+def _scripted_body(x: torch.Tensor, m: torch.Tensor):
+    y = torch.cat([x * m, torch.mul(x, m), torch.stack([x, m])[0]])
+    return F.conv1d(y.view(1, 1, -1), m.view(1, 1, -1)).cumsum(-1, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("mode", ["off", "known", "auto"])
+def test_torchscript_still_compiles_patched_functions(mode):
+    dmlshim.activate(fallback=mode)
+    scripted = torch.jit.script(_scripted_body)
+    x, m = torch.arange(3.0), torch.ones(3)
+    assert torch.equal(scripted(x, m), _scripted_body(x, m))

@@ -138,6 +138,7 @@ class PatchSet:
                 _owners[id(parent)] = parent
             proxy = make_proxy(replaced)
             setattr(parent, attr, proxy)
+            _jit_alias(proxy, replaced)
             self._applied.append((parent, attr, proxy, replaced, had_own))
 
     def intercept(self, ctx: Context, owner: Any, name: str,
@@ -211,11 +212,31 @@ class PatchSet:
                 setattr(parent, attr, replaced)
             else:
                 delattr(parent, attr)       # the attribute was inherited: uncover it again
+            _jit_alias(proxy, None)
 
     @property
     def wrapped(self) -> List[str]:
         """``"owner.attr"`` of every wrapper currently applied by this set."""
         return [f"{_name(p)}.{a}" for p, a, *_ in self._applied]
+
+
+def _jit_alias(proxy: Any, replaced: Any) -> None:
+    """Let TorchScript see ``proxy`` as the aten op ``replaced`` stands for (else
+    ``torch.jit.script`` of code calling e.g. ``torch.cat`` fails), or forget it
+    (``replaced=None``).  TorchScript's ``id(function) -> "aten::op"`` table is private:
+    without it, nothing is done."""
+    try:
+        from torch.jit import _builtins
+        table = _builtins._get_builtin_table()
+    except Exception:
+        return
+    if replaced is None:
+        table.pop(id(proxy), None)
+        return
+    while replaced is not None and id(replaced) not in table:
+        replaced = getattr(replaced, "__wrapped__", None)
+    if replaced is not None:
+        table[id(proxy)] = table[id(replaced)]
 
 
 def _name(obj: Any) -> str:
