@@ -109,12 +109,14 @@ def shim_without(monkeypatch, name):
 
 @pytest.mark.parametrize("kind", ASR_KINDS)
 def test_without_shim_the_model_fails_on_the_device(kind, funasr_model_dir, dml_device):
-    """The first DirectML failure on the way: the SANM encoder's float x bool mask gives a
-    bool tensor that the FSMN conv1d rejects (or, for an LSTM, no kernel at all)."""
+    """The first DirectML failure on the way, in every Paraformer: the SANM encoder's
+    ``inputs * mask`` returns bool (float x bool, DirectML#686) and the FSMN conv1d
+    rejects the bool tensor."""
     assert not dmlshim.is_active()
     model = auto_model(funasr_model_dir(kind), dml_device)
-    with pytest.raises((RuntimeError, NotImplementedError)):
+    with pytest.raises(RuntimeError, match="The parameter is incorrect") as info:
         transcribe(model, HOTWORDS if kind == "seaco" else None)
+    assert "forward_fsmn" in [entry.name for entry in info.traceback]
 
 
 @pytest.mark.emulated_only
@@ -136,7 +138,10 @@ def test_float_times_bool_mask_silently_corrupts_the_encoder(funasr_model_dir, d
     ``inputs * mask`` came back bool (DirectML#686), so it computes on 0/1 values."""
     model = auto_model(funasr_model_dir("seaco"), dml_device)
     with shim_without(monkeypatch, "mul"):
+        trace.reset()
         out, lens = encode(model, dml_device)
+        conv = [r for r in dmlshim.report().rows if "conv1d" in r["op"]]
+    assert conv and conv[0]["actions"].get("coerce", 0) > 0, conv   # the safety net fired
     ref_out, ref_lens = cpu_reference("seaco")["encoder"]
     assert out.dtype == torch.float32 and out.shape == ref_out.shape
     assert torch.equal(lens, ref_lens)
