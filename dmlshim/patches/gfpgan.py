@@ -20,7 +20,7 @@
    broadcast.
 3. **Swallowed errors.** ``GFPGANer.enhance`` wraps the forward in
    ``except RuntimeError`` and only prints ``Failed inference for GFPGAN: ...``
-   (``gfpgan/utils.py:128``), returning the *unrestored* face: a DirectML failure
+   (``gfpgan/utils.py:129``), returning the *unrestored* face: a DirectML failure
    looks like a model that does nothing. That ``print`` is the one call made inside
    the ``except`` block, so ``gfpgan.utils`` gets a module-level ``print`` that first
    logs the live exception with its traceback on logger ``dmlshim`` (ERROR) and counts
