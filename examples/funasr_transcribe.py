@@ -144,7 +144,10 @@ def main(argv=None):
     try:
         device = resolve_device(args.device)
     except (ValueError, ImportError) as exc:
-        sys.exit(f"--device {args.device}: {exc}")
+        hint = ('\n  DirectML needs Windows (or WSL2) and torch-directml: pip install '
+                '"dmlshim[funasr,directml]"; --device emulated runs without a GPU'
+                if args.device == "directml" else "")
+        sys.exit(f"--device {args.device}: {exc}{hint}")
     dmlshim.activate(trace=args.trace)
     models = resolve_models(args)
     if "seaco" in models[3]:
