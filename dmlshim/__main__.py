@@ -52,7 +52,15 @@ def info(args: argparse.Namespace) -> int:
 # name -> (help, add-arguments, run)
 COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "info": ("versions, devices, float64 support, patches", _info_arguments, info),
+    "check": ("run a script or MODULE:CALLABLE on the emulated DirectML device; report what "
+              "would fail, how dmlshim handles it, and silent CPU fallbacks",
+              lambda parser: _check().add_arguments(parser), lambda args: _check().main(args)),
 }
+
+
+def _check():
+    from . import check       # imported on use: `info` stays light
+    return check
 
 
 def build_parser() -> argparse.ArgumentParser:

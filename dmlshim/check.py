@@ -1,0 +1,255 @@
+"""``python -m dmlshim check``: would this code run on DirectML?
+
+Runs a script (``check SCRIPT [ARGS...]``) or a function (``check
+MODULE:CALLABLE``) on the emulated DirectML device (:mod:`dmlshim.emulation`,
+which fails where torch-directml 0.2.5 fails) with dmlshim active, then prints a
+coverage report:
+
+* **handled by dmlshim**: every op that would fail or compute wrong results on
+  DirectML and what the shim did about it (``coerce``, ``drop-empty``, ``cpu``),
+  with calls, seconds and bytes moved host<->device, and the error that made
+  ``fallback="auto"`` step in;
+* **failed on the device**: aten ops that raised on the emulated device (and
+  silent wrong results, ``quirk``), whether or not the shim recovered;
+* **silent CPU fallbacks inside torch-directml**: aten ops that torch-directml
+  0.2.5 runs on the CPU without telling you more than once (failure_modes.md
+  row #33, note B): performance cliffs, from the dispatcher routing table.
+
+How the code gets the device: ``check`` installs the emulated device and sets
+``DMLSHIM_DEVICE=directml``, so ``dmlshim.select_device()`` returns it; code
+that asks ``torch_directml.device()`` itself must be pointed at
+``dmlshim.select_device()`` (or accept a ``--device`` option) to be checked.
+
+``--without-shim`` runs with ``fallback="off"`` (dmlshim only observes): the
+report then lists what breaks raw (the first hard failure usually ends the
+run). ``--json`` prints the same report as JSON; ``--output FILE`` writes it
+to a file instead of stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from typing import Any, Dict, List, Optional
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--without-shim", action="store_true",
+                        help="run with fallback=off (dmlshim only observes): list what breaks raw")
+    parser.add_argument("--fallback", choices=("auto", "known"), default="auto",
+                        help="dmlshim fallback mode for the run (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--output", "-o", metavar="FILE",
+                        help="write the report to FILE instead of stdout")
+    parser.add_argument("target", metavar="SCRIPT|MODULE:CALLABLE",
+                        help="a Python script, or an importable module and a callable "
+                             "taking no arguments (pkg.mod:main)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="arguments for the script (its sys.argv[1:])")
+
+
+def main(args: argparse.Namespace) -> int:
+    """The ``check`` subcommand: run, report, and return the run's exit status."""
+    result = run(args.target, args.args, shim=not args.without_shim, fallback=args.fallback)
+    text = json.dumps(result, indent=2, default=str) if args.json else format_report(result)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return result["exit_code"]
+
+
+def run(target: str, argv: Optional[List[str]] = None, *, shim: bool = True,
+        fallback: str = "auto") -> Dict[str, Any]:
+    """Run ``target`` on the emulated DirectML device and collect the report.
+
+    Returns a dict: ``target``, ``shim`` (bool), ``fallback``, ``exit_code``,
+    ``error`` (None or ``{"type", "message", "where"}``), ``seconds`` (wall
+    time of the run), ``handled`` (rows: op, calls, actions, seconds, h2d, d2h,
+    reason), ``device_failures`` (rows: op, route, reached, failed, quirk),
+    ``silent_cpu_fallbacks`` (rows: op, calls), ``caches``.
+    """
+    import dmlshim
+    from dmlshim import emulation, trace
+    from dmlshim.patches import auto
+
+    emulation.install()
+    fallback = fallback if shim else "off"      # off: dmlshim only observes and counts
+    with _environ({"DMLSHIM_DEVICE": "directml", "DMLSHIM_FALLBACK": fallback}):
+        owned = not dmlshim.is_active()
+        if owned:
+            dmlshim.activate(fallback=fallback)
+        emulation.reset_records()
+        trace.reset()
+        auto.forget()
+        start = time.perf_counter()
+        exit_code, error = _execute(target, argv or [])
+        seconds = time.perf_counter() - start
+        report = dmlshim.report()
+        records = emulation.records()
+        failures = auto.failures()
+        if owned:
+            dmlshim.deactivate()
+    return {
+        "target": target, "argv": list(argv or []), "shim": shim,
+        "fallback": fallback, "exit_code": exit_code, "error": error,
+        "seconds": seconds,
+        "handled": _handled(report.rows, failures),
+        "device_failures": _device_failures(records),
+        "silent_cpu_fallbacks": _silent_fallbacks(records),
+        "caches": report.caches,
+    }
+
+
+@contextlib.contextmanager
+def _environ(values: Dict[str, str]):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _execute(target: str, argv: List[str]):
+    """Run the script or callable; ``(exit code, error dict or None)``."""
+    saved_argv = sys.argv
+    sys.argv = [target, *argv]
+    try:
+        if ":" in target and not os.path.exists(target):
+            module, _, name = target.partition(":")
+            obj = importlib.import_module(module)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            result = obj()
+            return (result if isinstance(result, int) and not isinstance(result, bool) else 0), None
+        if not os.path.isfile(target):
+            raise FileNotFoundError(f"check: {target!r} is neither a script file nor MODULE:CALLABLE")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+        try:
+            runpy.run_path(target, run_name="__main__")
+        finally:
+            sys.path.pop(0)
+        return 0, None
+    except SystemExit as exc:
+        code = exc.code
+        return (code if isinstance(code, int) else (0 if code is None else 1)), None
+    except Exception as exc:                    # the user's code failed: that is the finding
+        return 1, _describe_error(exc)
+    finally:
+        sys.argv = saved_argv
+
+
+def _describe_error(exc: BaseException) -> Dict[str, str]:
+    from dmlshim import errors
+
+    readable = errors.translate(exc) or exc
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if "dmlshim" not in f.filename and "/torch/" not in f.filename]
+    where = user[-1] if user else (frames[-1] if frames else None)
+    return {"type": type(readable).__name__, "message": str(readable).strip()[:1000],
+            "where": f"{where.filename}:{where.lineno} ({where.name})" if where else ""}
+
+
+def _handled(rows: List[dict], failures: Dict[str, Any]) -> List[dict]:
+    """Shim-intercepted ops that did something other than pass through
+    (with ``fallback="off"``: the ones that raised, action ``error``)."""
+    out = []
+    for r in rows:
+        acted = {k: v for k, v in r["actions"].items() if k != "pass"}
+        if not acted:
+            continue
+        f = failures.get(r["op"])
+        out.append({"op": r["op"], "calls": r["calls"], "actions": acted,
+                    "seconds": r["seconds"], "h2d": r["h2d"], "d2h": r["d2h"],
+                    "reason": f.error if f is not None else ""})
+    return out
+
+
+def _device_failures(records: Dict[str, dict]) -> List[dict]:
+    from dmlshim import emulation
+
+    return sorted(({"op": op, "route": emulation.route(op), "reached": r["reached"],
+                    "failed": r["failed"], "quirk": r["quirk"]}
+                   for op, r in records.items() if r["failed"] or r["quirk"]),
+                  key=lambda r: -(r["failed"] + r["quirk"]))
+
+
+def _silent_fallbacks(records: Dict[str, dict]) -> List[dict]:
+    return sorted(({"op": op, "calls": r["cpu_fallback"]}
+                   for op, r in records.items() if r["cpu_fallback"]),
+                  key=lambda r: -r["calls"])
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _table(head, rows) -> List[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    return ["  " + "  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip()
+            for line in (head, *rows)]
+
+
+def format_report(result: Dict[str, Any]) -> str:
+    """The human-readable report of :func:`run`'s result."""
+    mode = f"dmlshim fallback={result['fallback']}" if result["shim"] else "WITHOUT dmlshim"
+    lines = [f"dmlshim check: {result['target']} on the emulated DirectML device "
+             f"(torch-directml 0.2.5 behaviour), {mode}"]
+    status = "completed" if result["exit_code"] == 0 else f"exit status {result['exit_code']}"
+    lines.append(f"run: {status} in {result['seconds']:.2f} s")
+    if result["error"]:
+        e = result["error"]
+        lines.append(f"  stopped by {e['type']}: {e['message'].splitlines()[0] if e['message'] else ''}")
+        if e["where"]:
+            lines.append(f"  at {e['where']}")
+
+    lines.append("")
+    if result["shim"] or result["handled"]:
+        lines.append("Handled by dmlshim (would fail or be wrong on DirectML without it):"
+                     if result["shim"] else "Intercepted calls that raised (dmlshim observing only):")
+        if result["handled"]:
+            rows = [(r["op"], r["calls"], " ".join(f"{k}={v}" for k, v in r["actions"].items()),
+                     f"{r['seconds'] * 1e3:.2f}", _bytes(r["h2d"]), _bytes(r["d2h"]),
+                     r["reason"][:80]) for r in result["handled"]]
+            lines += _table(("op", "calls", "actions", "ms", "host->dev", "dev->host", "why"), rows)
+        else:
+            lines.append("  nothing: no call needed a fix")
+        for name, c in result["caches"].items():
+            lines.append(f"  cache {name}: {c['tensors']} tensors, {_bytes(c['bytes'])}")
+        lines.append("")
+
+    lines.append("Failed on the device (aten op: raised, or 'quirk' = silently wrong result):")
+    if result["device_failures"]:
+        rows = [(r["op"], r["route"], r["reached"], r["failed"], r["quirk"])
+                for r in result["device_failures"]]
+        lines += _table(("aten op", "route (tdml 0.2.5)", "calls", "failed", "quirk"), rows)
+        if result["shim"]:
+            lines.append("  (failures above were recovered by dmlshim unless the run stopped)")
+    else:
+        lines.append("  none")
+
+    lines.append("")
+    lines.append("Silent CPU fallbacks inside torch-directml (correct but slow; warned once per "
+                 "process):")
+    if result["silent_cpu_fallbacks"]:
+        lines += _table(("aten op", "calls"),
+                        [(r["op"], r["calls"]) for r in result["silent_cpu_fallbacks"]])
+    else:
+        lines.append("  none")
+    return "\n".join(lines)
