@@ -15,8 +15,6 @@ from dmlshim import emulation
 from dmlshim.errors import DirectMLError
 from dmlshim.patches import auto
 
-pytestmark = pytest.mark.emulated_only
-
 EXACT = dict(rtol=0, atol=0)
 OOM = "Could not allocate tensor with 12 bytes. There is not enough GPU video memory available!"
 REMOVED = ("The GPU device instance has been suspended. Use GetDeviceRemovedReason to "
@@ -43,6 +41,7 @@ def reached(op):
                if name.split(".")[0] == op)
 
 
+@pytest.mark.emulated_only
 def test_unknown_op_failure_reproduces_without_the_shim(dml_device):
     x = torch.rand(3, 4, device=dml_device)
     with emulation.configured(rules=[emulation.Rule("hypot")]):
@@ -50,6 +49,7 @@ def test_unknown_op_failure_reproduces_without_the_shim(dml_device):
             torch.hypot(x, x)
 
 
+@pytest.mark.emulated_only
 def test_invented_rule_is_retried_on_cpu_and_remembered(shim):
     dev = shim("auto")
     a, b = torch.rand(3, 4), torch.rand(3, 4)
@@ -76,6 +76,7 @@ def test_invented_rule_is_retried_on_cpu_and_remembered(shim):
     assert row["actions"] == {"cpu": 3} and row["d2h"] > 0 and row["h2d"] > 0
 
 
+@pytest.mark.emulated_only
 def test_tensor_methods_and_operators(shim):
     dev = shim("auto")
     x = torch.rand(4, 5)
@@ -89,6 +90,7 @@ def test_tensor_methods_and_operators(shim):
     assert {"Tensor.atan2", "Tensor.__mod__", "torch.cumprod"} <= set(auto.failures())
 
 
+@pytest.mark.emulated_only
 def test_not_implemented_sends_every_signature_to_cpu(shim):
     dev = shim("auto")
     rule = emulation.Rule("erfinv", error=NotImplementedError,
@@ -103,6 +105,7 @@ def test_not_implemented_sends_every_signature_to_cpu(shim):
     assert auto.failures()["torch.erfinv"].all_signatures
 
 
+@pytest.mark.emulated_only
 def test_in_place_and_out_are_written_back(shim):
     dev = shim("auto")
     x, y = torch.rand(6), torch.rand(6)
@@ -118,6 +121,7 @@ def test_in_place_and_out_are_written_back(shim):
         torch.testing.assert_close(out.cpu(), torch.lerp(x, y, 0.5), **EXACT)
 
 
+@pytest.mark.emulated_only
 def test_autograd_through_the_fallback(shim):
     dev = shim("auto")
     w_cpu = torch.rand(3, 4, requires_grad=True)
@@ -131,6 +135,7 @@ def test_autograd_through_the_fallback(shim):
 
 
 @pytest.mark.parametrize("code_page", ["cp936", "cp932", "cp1251"])
+@pytest.mark.emulated_only
 def test_localized_error_without_shim_is_a_unicode_decode_error(dml_device, code_page):
     x = torch.rand(3, device=dml_device)
     with emulation.configured(rules=[emulation.Rule("sinh")], localized_errors=code_page):
@@ -140,6 +145,7 @@ def test_localized_error_without_shim_is_a_unicode_decode_error(dml_device, code
 
 @pytest.mark.parametrize("code_page,text", [("cp936", "参数错误。"), ("cp932", "パラメーターが間違っています。"),
                                             ("cp1251", "Параметр задан неверно.")])
+@pytest.mark.emulated_only
 def test_known_mode_translates_localized_errors(shim, monkeypatch, code_page, text):
     monkeypatch.delenv("DMLSHIM_CODEPAGE", raising=False)
     dev = shim("known")
@@ -156,6 +162,7 @@ def test_known_mode_translates_localized_errors(shim, monkeypatch, code_page, te
     assert "torch.sinh" not in auto.failures()                 # known mode never retries
 
 
+@pytest.mark.emulated_only
 def test_auto_retries_localized_invalidarg(shim):
     dev = shim("auto")
     x = torch.rand(2, 3)
@@ -173,6 +180,7 @@ def test_auto_retries_localized_invalidarg(shim):
     (REMOVED, None, "DXGI_ERROR_DEVICE_REMOVED"),
     ("Unknown error -2005270523", None, "DXGI_ERROR_DEVICE_REMOVED"),      # WSL rendering
 ])
+@pytest.mark.emulated_only
 def test_oom_and_device_removed_are_not_retried(shim, message, localized, hresult):
     dev = shim("auto")
     x = torch.rand(3, device=dev)
@@ -189,6 +197,7 @@ def test_oom_and_device_removed_are_not_retried(shim, message, localized, hresul
     assert not any(r["op"] == "torch.cosh" and "cpu" in r["actions"] for r in dmlshim.report().rows)
 
 
+@pytest.mark.emulated_only
 def test_wsl_unknown_error_is_retried(shim):
     dev = shim("auto")
     x = torch.rand(4)
@@ -197,6 +206,7 @@ def test_wsl_unknown_error_is_retried(shim):
             torch.testing.assert_close(torch.expm1(x.to(dev)).cpu(), torch.expm1(x), **EXACT)
 
 
+@pytest.mark.emulated_only
 def test_cpu_failure_is_reported_as_the_cpu_sees_it(shim):
     dev = shim("auto")
     with emulation.configured(rules=[emulation.Rule("fmod")]):
@@ -212,6 +222,7 @@ def test_other_errors_pass_through_untouched(shim):
         torch.add(torch.rand(2, device=dev), "x")
 
 
+@pytest.mark.emulated_only
 def test_off_mode_keeps_the_raw_error(shim):
     dev = shim("off")
     assert "auto" not in dmlshim.patches.installed()
@@ -220,6 +231,7 @@ def test_off_mode_keeps_the_raw_error(shim):
             torch.hypot(torch.rand(2, device=dev), torch.rand(2, device=dev))
 
 
+@pytest.mark.emulated_only
 def test_cpu_calls_are_never_touched(shim):
     shim("auto")
     with emulation.configured(rules=[emulation.Rule("hypot")]):
@@ -227,6 +239,7 @@ def test_cpu_calls_are_never_touched(shim):
     assert auto.failures() == {}
 
 
+@pytest.mark.emulated_only
 def test_worker_threads_are_covered(shim):
     dev = shim("auto")
     x = torch.rand(64, 8)
@@ -263,6 +276,31 @@ def test_deactivate_restores_every_entry_point(shim):
     assert "lstm" not in vars(torch._VF)
 
 
+def test_lstm_rescued_by_auto_alone(dml_device):
+    """Only the catch-all, none of the known patches: nn.LSTM's aten::lstm needs
+    _thnn_fused_lstm_cell, which DirectML lacks (failure_modes.md #1); auto retries
+    torch._VF.lstm on the CPU. Runs on real DirectML too."""
+    from dmlshim.patches._wrap import Context
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(6, 5, num_layers=2, bidirectional=True, batch_first=True)
+    x = torch.rand(3, 7, 6)
+    want, (h, c) = lstm(x)
+    with pytest.raises(NotImplementedError, match="_thnn_fused_lstm_cell"):
+        lstm.to(dml_device)(x.to(dml_device))
+    auto.forget()
+    auto.install(Context(fallback="auto"))
+    try:
+        with pytest.warns(auto.DirectMLFallbackWarning, match="_VF.lstm"):
+            got, (gh, gc) = lstm(x.to(dml_device))
+    finally:
+        auto.uninstall()
+        auto.forget()
+    assert got.device == dml_device
+    for a, b in ((got, want), (gh, h), (gc, c)):
+        torch.testing.assert_close(a.cpu(), b, **EXACT)
+
+
 def test_torchscript_still_compiles(shim):
     shim("auto")
     scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Conv1d(2, 2, 3), torch.nn.GELU()))
@@ -289,6 +327,7 @@ ATEN = {"sqrt": "sqrt", "cumsum": "cumsum", "softmax": "_softmax", "sum": "sum",
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
+@pytest.mark.emulated_only
 def test_auto_parity_over_random_ops_with_injected_failures(shim, data):
     """Random chains of ops on random shapes; a random subset of the ops fails on
     the device (E_INVALIDARG, NotImplementedError or a localized error): with
