@@ -209,7 +209,7 @@ def classify(exc: BaseException) -> str:
         h = recognise(decode(exc.object)[0])
         return FATAL if h and not h.retryable else RETRY
     if isinstance(exc, (RuntimeError, NotImplementedError)):
-        oom = getattr(torch, "OutOfMemoryError", ())     # torch.cuda's OOM class
+        oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError  # < 2.5: cuda only
         if isinstance(exc, oom):
             return FATAL
         text = str(exc)

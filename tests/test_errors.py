@@ -130,7 +130,7 @@ def test_torch_messages_are_not_hresults(text):
     (RuntimeError("The GPU device instance has been suspended. Use "
                   "GetDeviceRemovedReason to determine the appropriate action."), "fatal"),
     (RuntimeError("Unknown error -2005270523"), "fatal"),                    # 0x887A0005
-    (torch.OutOfMemoryError("CUDA out of memory."), "fatal"),
+    (torch.cuda.OutOfMemoryError("CUDA out of memory."), "fatal"),       # torch 2.4.1 name
     (TypeError("cat() received an invalid combination of arguments"), "other"),
     (ValueError("bad"), "other"),
     (KeyboardInterrupt(), "other"),
