@@ -24,6 +24,7 @@ from typing import Mapping, Optional, Union
 FALLBACK_MODES = ("auto", "known", "off")
 DEVICE_KINDS = ("auto", "directml", "dml", "privateuseone", "cuda", "xpu", "mps", "cpu")
 DEFAULT_TARGET = "privateuseone"
+_WORDS = ("true", "false", "yes", "no", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = 
         return None
     if value is True or value == 1 or str(value).strip() == "1":
         return "log"
-    if not isinstance(value, (str, os.PathLike)):
+    if not isinstance(value, (str, os.PathLike)) or str(value).strip().lower() in _WORDS:
+        # "true"/"on" are far more likely a typo for 1 than a wish for a file named so
         raise ValueError(f"{name}={value!r}: allowed values are 0, 1 or a file path")
     path = os.fspath(value)
     folder = os.path.dirname(os.path.abspath(path))

@@ -81,6 +81,7 @@ def test_fallback_off_only_observes(dml_device):
 @pytest.mark.parametrize("var, value, allowed", [
     ("DMLSHIM_FALLBACK", "sometimes", "auto, known, off"),
     ("DMLSHIM_TRACE", "/no/such/folder/trace.jsonl", "0, 1 or a"),
+    ("DMLSHIM_TRACE", "yes", "0, 1 or a file path"),
     ("DMLSHIM_DEVICE", "gpu", "auto, directml"),
     ("INFERENCE_DEVICE", "cuda:x", "auto, directml"),
 ])

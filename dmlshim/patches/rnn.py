@@ -72,6 +72,8 @@ class WeightCache:
     def cpu(self, w: torch.Tensor) -> torch.Tensor:
         """The CPU copy of ``w`` (refreshed if ``w`` changed), differentiable to ``w``
         when autograd needs it."""
+        if w.is_cpu:
+            return w
         key = self._key(w)
         with self._lock:
             entry = self._entries.get(id(w))
