@@ -67,8 +67,14 @@ def gfpgan_lib():
 
 
 @pytest.fixture(scope="session")
-def model_files(tmp_path_factory, gfpgan_lib):
-    return gfpgan_models.build(tmp_path_factory.mktemp("gfpgan_models"))
+def cache_root(tmp_path_factory):
+    """A ``DMLSHIM_CACHE`` folder: the models go to ``<root>/gfpgan``, as by default."""
+    return tmp_path_factory.mktemp("dmlshim_cache")
+
+
+@pytest.fixture(scope="session")
+def model_files(cache_root, gfpgan_lib):
+    return gfpgan_models.build(cache_root / "gfpgan")
 
 
 def small_gfpgan(seed=0):
@@ -207,6 +213,28 @@ def test_swallowed_error_is_logged(restorers, caplog):
     assert "GFPGANer.enhance" in record.getMessage()
     assert "not enough GPU video memory" in record.getMessage()
     assert record.exc_info is not None                            # with the traceback
+
+
+def test_example_compare_cpu_reports_zero(model_files, cache_root, tmp_path, monkeypatch, capsys):
+    """examples/gfpgan_restore.py end to end (aligned input: no detection, so it stays quick)."""
+    import cv2
+    import gfpgan_restore
+
+    monkeypatch.setenv("DMLSHIM_CACHE", str(cache_root))       # reuse model_files
+    face = tmp_path / "face.png"
+    cv2.imwrite(str(face), cv2.resize(cv2.imread(str(PHOTO)), (512, 512)))
+    try:
+        status = gfpgan_restore.main([str(face), "-o", str(tmp_path / "out"), "--device", "emulated",
+                                      "--aligned", "--compare-cpu", "--seed", "3"])
+    finally:
+        dmlshim.deactivate()
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "weights: RANDOM" in out and "face.png: max abs pixel difference vs CPU: 0" in out
+    restored = cv2.imread(str(tmp_path / "out" / "face_restored.png"))
+    pair = cv2.imread(str(tmp_path / "out" / "face_before_after.png"))
+    assert restored.shape == (512, 512, 3) and pair.shape == (512, 1024, 3)
+    np.testing.assert_array_equal(pair[:, 512:], restored)
 
 
 # ------------------------------------------------------------------ device defaults
