@@ -97,7 +97,8 @@ def nms(dets, scores, iou_threshold):
         w = (torch.minimum(x2[i], x2) - torch.maximum(x1[i], x1)).clamp(min=0)
         h = (torch.minimum(y2[i], y2) - torch.maximum(y1[i], y1)).clamp(min=0)
         inter = w * h
-        suppressed |= inter / (areas[i] + areas - inter) > iou_threshold
+        iou = inter / (areas[i] + areas - inter)
+        suppressed |= iou.double() > iou_threshold     # C++ compares the float IoU as a double
     return torch.tensor(keep, dtype=torch.long, device=dets.device)
 
 

@@ -345,3 +345,46 @@ def test_basicsr_before_dmlshim_still_fails(import_runs):
     returncode, _, stderr = import_runs[tuple(BASICSR_FIRST)]
     assert returncode != 0
     assert "torchvision.transforms.functional_tensor" in stderr
+
+
+# ------------------------------------------------------------------ test-environment helper
+
+def _greedy_nms(boxes, scores, threshold):
+    """torchvision's ops/cpu/nms_kernel.cpp, one float32 scalar at a time."""
+    f32 = np.float32
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])       # stable, descending
+    area = [f32(b[2] - b[0]) * f32(b[3] - b[1]) for b in boxes]
+    suppressed, keep = set(), []
+    for n, i in enumerate(order):
+        if i in suppressed:
+            continue
+        keep.append(i)
+        for j in order[n + 1:]:
+            w = max(f32(0), min(boxes[i][2], boxes[j][2]) - max(boxes[i][0], boxes[j][0]))
+            h = max(f32(0), min(boxes[i][3], boxes[j][3]) - max(boxes[i][1], boxes[j][1]))
+            inter = f32(w * h)
+            if float(inter / (area[i] + area[j] - inter)) > threshold:   # float vs double
+                suppressed.add(j)
+    return keep
+
+
+def test_torchvision_ops_nms_stand_in():
+    """examples/torchvision_ops.py's nms keeps what torchvision's CPU kernel keeps."""
+    from hypothesis import example, given, settings, strategies as st
+    import torchvision_ops
+
+    corner = st.integers(0, 40)
+    box = st.tuples(corner, corner, st.integers(1, 30), st.integers(1, 30)).map(
+        lambda b: (b[0], b[1], b[0] + b[2], b[1] + b[3]))
+
+    @settings(max_examples=60, deadline=None)
+    @example([((0, 0, 10, 10), 5), ((0, 0, 3, 10), 2)], 0.3)    # IoU == float32(0.3) > 0.3
+    @given(st.lists(st.tuples(box, st.integers(0, 5)), max_size=12), st.sampled_from([0.0, 0.3, 0.5, 0.9]))
+    def check(items, threshold):
+        boxes = np.array([b for b, _ in items], dtype=np.float32).reshape(-1, 4)
+        scores = np.array([s / 5 for _, s in items], dtype=np.float32)  # ties on purpose
+        kept = torchvision_ops.nms(torch.from_numpy(boxes), torch.from_numpy(scores), threshold)
+        assert kept.dtype == torch.int64
+        assert kept.tolist() == _greedy_nms(boxes, scores, threshold)
+
+    check()
