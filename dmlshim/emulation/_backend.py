@@ -91,7 +91,7 @@ def run_on_cpu(op, args, kwargs):
     cargs = [_to_cpu(a, originals) for a in args]
     ckwargs = {k: _to_cpu(v, originals) for k, v in kwargs.items()} if kwargs else kwargs
     try:
-        out = op(*cargs, **ckwargs)
+        out = op._op(*cargs, **ckwargs)  # the C++ callable behind OpOverload.__call__
     except RuntimeError as e:
         if "not resizable" not in str(e):
             raise
@@ -193,9 +193,16 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
     # x.to(dev), .cpu() and .to(dtype) in one kernel (without it: empty_strided +
     # copy_ -> _copy_from, two Python kernels). Both directions dispatch here.
     to_dml = device is None or _device_type(device) == DEVICE_TYPE
-    out = torch.ops.aten._to_copy.default(
-        self if self.is_cpu else cpu_alias(self), dtype=dtype, layout=layout, device=_CPU if to_dml else device,
-        pin_memory=pin_memory, non_blocking=non_blocking, memory_format=memory_format)
+    src = self if self.is_cpu else cpu_alias(self)
+    target = _CPU if to_dml else device
+    if (layout is None or layout == torch.strided) and not pin_memory:
+        # Tensor.to parses its arguments faster than the OpOverload call below.
+        out = src.to(target, dtype or src.dtype, non_blocking, copy=True,
+                     memory_format=memory_format or torch.preserve_format)
+    else:
+        out = torch.ops.aten._to_copy.default(
+            src, dtype=dtype, layout=layout, device=target, pin_memory=pin_memory,
+            non_blocking=non_blocking, memory_format=memory_format)
     return to_device(out) if to_dml else out
 
 
