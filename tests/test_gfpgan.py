@@ -262,6 +262,34 @@ def test_facexlib_default_device(model_files, monkeypatch):
     assert retinaface.device is cuda
 
 
+def test_device_defaults_follow_select_device(model_files, dml_device, monkeypatch):
+    """Constructors called without ``device`` land on ``dmlshim.select_device()``.
+
+    select_device() knows real DirectML only, so it is pointed at the emulated device here.
+    """
+    import facexlib.detection.retinaface as retinaface
+    import facexlib.utils.face_restoration_helper as helper_module
+
+    def device_of(module):
+        return next(module.parameters()).device.type
+
+    monkeypatch.setattr(dmlshim.devices, "select_device", lambda request=None: dml_device)
+    dmlshim.deactivate()
+    assert device_of(retinaface.RetinaFace(network_name="mobile0.25")) == "cpu"
+    dmlshim.activate()
+    try:
+        detector = retinaface.RetinaFace(network_name="mobile0.25")
+        helper = helper_module.FaceRestoreHelper(1, use_parse=True,
+                                                 model_rootpath=str(model_files / "gfpgan" / "weights"))
+        restorer = gfpgan_models.restorer(model_files, None)        # GFPGANer(device=None)
+    finally:
+        dmlshim.deactivate()
+    assert detector.mean_tensor.device.type == dml_device.type
+    models = (detector, helper.face_det, helper.face_parse, restorer.gfpgan,
+              restorer.face_helper.face_det, restorer.face_helper.face_parse)
+    assert [device_of(m) for m in models] == [dml_device.type] * len(models)
+
+
 # ------------------------------------------------------------------ import order
 
 IMPORT_ORDER_SCRIPT = r"""
