@@ -5,7 +5,9 @@
    (goal: <= 3 us).  The device is the emulated DirectML one (dmlshim.emulation).
    Variants: shim off; "core patches" (``fallback="off"``: the five core wrappers,
    which keep their fast path, without the auto-fallback catch-all); ``activate()``
-   (defaults: core patches + ``fallback="auto"``).
+   (defaults: core patches + ``fallback="auto"``).  Because the emulated device's own
+   ops take 10-100 us with large jitter, the wrappers' cost on device tensors is also
+   measured alone: each core wrapper (its real fast-path test) around a no-op.
 2. LSTM at FunASR's size (input 512, hidden 512, bidirectional, batch 1, 750 steps)
    with tensors on the device, three ways:
    - ``shim``: dmlshim's rnn patch (CPU weights cached once);
@@ -77,6 +79,48 @@ def pass_through(dev, quick):
     return rows
 
 
+def decision_cost(dev, quick):
+    """The wrappers' own cost on target-device tensors that need no action, free of the
+    emulated device's noisy op times: each core patch's wrapper (its real ``select``)
+    put around a no-op original, against the bare no-op."""
+    from types import SimpleNamespace
+    from dmlshim.patches import _wrap, cat, conv, dtypes, mul
+
+    ctx = _wrap.Context(target=dev.type)
+    ad, bd, xd = torch.randn(64).to(dev), torch.randn(64).to(dev), torch.randn(1, 4, 16).to(dev)
+
+    class Method:                            # a Tensor-method stand-in (plain-function wrapper)
+        def op(self, *args, **kwargs):
+            return None
+
+    def noop(*args, **kwargs):
+        return None
+
+    cases = {   # case: (owner, select, call with (owner, args))
+        "device: a * b": (mul._select(ctx.target), lambda f: f(ad, bd), True),
+        "device: torch.cat([a, b])": (cat._select(ctx), lambda f: f([ad, bd]), False),
+        "device: F.conv1d (float input)": (conv._select(ctx), lambda f: f(xd, xd), False),
+        "device: x.to(float32)": (dtypes._to_select(ctx), lambda f: f(ad, torch.float32), True),
+    }
+    rows = []
+    number = 2000 if quick else 20000
+    for case, (select, call, method) in cases.items():
+        if method:
+            owner = type("Owner", (Method,), {})
+            _wrap.PatchSet("bench").intercept(ctx, owner, "op", lambda *a: None, op="x", select=select)
+            bare, wrapped = (lambda: call(Method.op)), (lambda: call(owner.op))
+        else:
+            owner = SimpleNamespace(op=noop)
+            _wrap.PatchSet("bench").intercept(ctx, owner, "op", lambda *a: None, op="x", select=select)
+            bare, wrapped = (lambda: call(noop)), (lambda: call(owner.op))
+        t = timing.measure({"no-op original": bare, "wrapped no-op": wrapped},
+                           repeats=5 if quick else 15, number=number)
+        added = (t["wrapped no-op"].min_s - t["no-op original"].min_s) * 1e6
+        rows += timing.rows(case + " [wrapper only]", t, baseline="no-op original",
+                            note=f"wrapper adds {added:+.2f} us/call (min)")
+    return rows
+
+
 def lstm(dev, quick, steps):
     torch.manual_seed(0)
     cpu_lstm = torch.nn.LSTM(512, 512, bidirectional=True).eval()
@@ -132,7 +176,7 @@ def main():
         os.makedirs(os.path.dirname(args.json), exist_ok=True)
     torch.set_num_threads(args.threads)
     dev = emulation.install()
-    rows = pass_through(dev, args.quick)
+    rows = pass_through(dev, args.quick) + decision_cost(dev, args.quick)
     # 750 steps: FunASR's size (45 s of audio at Paraformer's 60 ms frames); 80 steps: ~5 s
     for steps in ((150, 40) if args.quick else (750, 80)):
         rows += lstm(dev, args.quick, steps)

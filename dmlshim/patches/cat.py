@@ -73,10 +73,15 @@ def _select(ctx: Context):
                 break
         else:
             return False
-        # only calls with an empty input and a tensor on the target need us
-        return (any(isinstance(t, Tensor) and t.numel() == 0 for t in tensors)
-                and any(isinstance(t, Tensor) and not t.is_cpu and t.device.type == target
-                        for t in tensors))
+        for t in tensors:                   # only calls with an empty input need us
+            if isinstance(t, Tensor) and t.numel() == 0:
+                break
+        else:
+            return False
+        for t in tensors:
+            if isinstance(t, Tensor) and not t.is_cpu and t.device.type == target:
+                return True
+        return False
     return select
 
 
