@@ -54,10 +54,13 @@ _CATCH = (RuntimeError, NotImplementedError, UnicodeDecodeError)
 _ALL = "*"                    # memo entry: every signature of the op goes to the CPU
 _MAX_SIGNATURES = 256         # per op; past this the whole op is sent to the CPU
 
-# Tensor methods left alone: device transfers (a CPU retry would move the result
-# back to the device), metadata that DirectML cannot fail, autograd plumbing, and
+# Left alone: device transfers (a CPU retry would move the result back to the
+# device), metadata that DirectML cannot fail, torch's own dispatch helpers
+# (has_torch_function*, _parse_to used by Module.to), autograd plumbing, and the
 # Python object protocol.
-_TENSOR_SKIP = frozenset("""
+_SKIP = frozenset("""
+    _add_docstr has_torch_function has_torch_function_unary has_torch_function_variadic
+    _parse_to is_conj is_neg is_same_size is_vulkan_available is_distributed
     to cpu cuda xpu mps ipu hpu numpy pin_memory share_memory_ is_pinned is_shared
     storage untyped_storage data_ptr dim ndimension size stride numel nelement
     element_size storage_offset is_contiguous is_floating_point is_complex is_signed
@@ -104,15 +107,16 @@ def entry_points():
 
     vf_names = [n for n in dir(torch._C._VariableFunctions) if not n.startswith("__")]
     builtin = types.BuiltinFunctionType
+    vf_names = [n for n in vf_names if n not in _SKIP]
     out = [(torch, n, f"torch.{n}") for n in vf_names if isinstance(getattr(torch, n, None), builtin)]
     out += [(torch._VF, n, f"torch._VF.{n}") for n in vf_names]     # served by _VF.__getattr__
     for owner, prefix in ((F, "F"), (torch._C._nn, "torch._C._nn"), (torch.fft, "torch.fft"),
                           (torch.linalg, "torch.linalg"), (torch.special, "torch.special")):
         out += [(owner, n, f"{prefix}.{n}") for n, obj in vars(owner).items()
-                if not n.startswith("__") and isinstance(obj, builtin)]
+                if not n.startswith("__") and n not in _SKIP and isinstance(obj, builtin)]
     kinds = (types.MethodDescriptorType, types.WrapperDescriptorType, types.FunctionType)
     for n in dir(torch.Tensor):
-        if n in _TENSOR_SKIP or (n.startswith("_") and not n.endswith("__")):
+        if n in _SKIP or (n.startswith("_") and not n.endswith("__")):
             continue
         if isinstance(getattr(torch.Tensor, n, None), kinds):
             out.append((torch.Tensor, n, f"Tensor.{n}"))
