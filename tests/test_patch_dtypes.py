@@ -121,3 +121,19 @@ def test_autograd_through_float64_fallback(shim, dml_device, no_float64):
     (torch.cumsum(xd, 1, dtype=torch.float64) * torch.arange(5).to(dml_device)).sum().backward()
     (torch.cumsum(xc, 1, dtype=torch.float64).float() * torch.arange(5)).sum().backward()
     assert_close(xd.grad.cpu(), xc.grad, **exact)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, d: x.to(d),
+    lambda x, d: x.to(d, torch.float64, False, True),
+    lambda x, d: x.to(device=d, copy=True, memory_format=torch.preserve_format),
+    lambda x, d: x.to(d, non_blocking=True),
+    lambda x, d: x.to(str(d)),
+])
+def test_every_to_overload_is_understood(shim, dml_device, no_float64, call):
+    x = torch.randn(3, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = call(x, dml_device)
+    assert y.device == dml_device and y.dtype == torch.float32
+    assert_close(y.cpu(), x.float(), **exact)

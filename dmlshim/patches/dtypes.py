@@ -35,11 +35,19 @@ _warned_float64 = False
 
 
 def _parse_to(args, kwargs):
-    """(device, dtype) a ``Tensor.to`` call asks for (None when unchanged)."""
-    device, dtype, _non_blocking, _fmt = torch._C._nn._parse_to(*args[1:], **kwargs)
-    if dtype is None and args[1:] and isinstance(args[1], torch.Tensor):
-        dtype = args[1].dtype
-    return device, dtype
+    """(device, dtype) a ``Tensor.to(self, ...)`` call asks for (None: unchanged).
+
+    Covers every ``Tensor.to`` overload: ``(device, dtype, non_blocking, copy)``,
+    ``(dtype, ...)``, ``(other_tensor, ...)`` and keywords; bools are the flags."""
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    for a in args[1:]:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, torch.Tensor):
+            device, dtype = a.device, a.dtype
+        elif isinstance(a, (torch.device, str)) or (isinstance(a, int) and not isinstance(a, bool)):
+            device = a
+    return (None if device is None else torch.device(device)), dtype
 
 
 def _to_select(ctx: Context):
