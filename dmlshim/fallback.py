@@ -146,7 +146,7 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
             if device is None or not x.is_cpu:
                 return x
             dtype = dtype_map.get(x.dtype) if dtype_map else None
-            h2d += trace.nbytes(x) if dtype is None else x.numel() * torch.empty((), dtype=dtype).element_size()
+            h2d += x.numel() * (dtype or x.dtype).itemsize
             return x.to(device) if dtype is None else x.to(device=device, dtype=dtype)
 
         result = tree_map(back, out)
