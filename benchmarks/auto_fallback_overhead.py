@@ -14,7 +14,8 @@ the call in try/except, exactly what auto needs on the happy path):
                torch.Tensor.*, torch.nn.functional.*, torch._C._nn.*): global,
                all threads, but blind to references taken before activation
                (``from torch import cat``) and to torch._VF / torch.ops;
-* ``closure``  the same entry points with plain Python closures (no wrapt).
+* ``closure``  the same entry points with plain Python closures (no wrapt);
+* ``dmlshim.auto`` the shipped patch (closures + remembered-failure check).
 
 Also prints how long installing each costs.  On the emulated device the op
 itself costs ~10-40 µs, so the ratios there show a realistic share.
@@ -142,27 +143,32 @@ MODE = PassMode()
 def make_strategies():
     wrapt_inst = Installer(lambda f: wrapt.FunctionWrapper(f, _wrapt_wrapper))
     closure_inst = Installer(_closure)
-    return {
+    strategies = {
         "none": (lambda: None, lambda: None),
         "mode": (MODE.__enter__, lambda: MODE.__exit__(None, None, None)),
         "wrapt": (wrapt_inst.install, wrapt_inst.uninstall),
         "closure": (closure_inst.install, closure_inst.uninstall),
     }
+    try:                                   # the real thing: dmlshim/patches/auto.py alone
+        from dmlshim.patches import auto
+        from dmlshim.patches._wrap import Context
+        strategies["dmlshim.auto"] = (lambda: auto.install(Context()), auto.uninstall)
+    except ImportError:
+        pass
+    return strategies
 
 
 def cases(device):
     n = 16
     a, b = torch.rand(n, device=device), torch.rand(n, device=device)
     x = torch.rand(8, 64, device=device)
-    mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                              torch.nn.LayerNorm(64)).to(device)
     return {
         "torch.add(a, b)": lambda: torch.add(a, b),
         "a.add(b)": lambda: a.add(b),
         "a + b": lambda: a + b,
         "F.relu(a)": lambda: F.relu(a),
         "torch.cat([a, b])": lambda: torch.cat([a, b]),
-        "MLP forward (4 modules)": lambda: mlp(x),
+        "x.shape, x.device (reads)": lambda: (x.shape, x.device),
     }
 
 
@@ -181,13 +187,6 @@ def main():
         extra[f"install_s[{name}]"] = t1 - t0
         extra[f"uninstall_s[{name}]"] = time.perf_counter() - t1
 
-    devices = ["cpu"]
-    try:
-        from dmlshim import emulation
-        devices.append(emulation.install())
-    except Exception as exc:                       # emulator not available: CPU only
-        extra["emulated"] = f"skipped: {exc!r}"
-
     state = {"current": "none"}
 
     def switch(name):
@@ -197,7 +196,17 @@ def main():
             state["current"] = name
 
     torch.set_grad_enabled(False)
-    for device in devices:
+    torch.set_num_threads(1)         # a shared 2-core box: keep intra-op threads out of it
+    # CPU first: installing the emulated device makes CPU timings bimodal.
+    all_rows += model_rows(repeats, 20)
+    for device in ("cpu", "emulated"):
+        if device == "emulated":
+            try:
+                from dmlshim import emulation
+                device = emulation.install()
+            except Exception as exc:                # emulator not available: CPU only
+                extra["emulated"] = f"skipped: {exc!r}"
+                break
         for case, fn in cases(device).items():
             funcs = {name: _repeat(fn, number) for name in strategies}
             funcs["mode/enter"] = _enter_each(fn, number)
@@ -212,6 +221,63 @@ def main():
             print(f"{name}: {timing.seconds(s)}")
     print(f"entry points wrapped by wrapt/closure: {len(ENTRY_POINTS)}")
     timing.finish(args, "auto_fallback_overhead", all_rows, extra)
+
+
+def model_rows(repeats, number):
+    """A whole forward pass with dmlshim.activate(fallback="known") vs "auto", on CPU
+    tensors: every torch call pays the pass-through and nothing else happens, so
+    the difference is the catch-all's cost per forward. TransformerEncoderLayer in
+    train mode (dropout 0) takes the op-by-op path, not the fused fast path."""
+    import dmlshim
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).train()
+    x = torch.rand(1, 50, 64)
+    calls = _count_calls(lambda: layer(x))
+
+    def run():
+        for _ in range(number):
+            layer(x)
+
+    def use(mode):
+        def setup():
+            current = dmlshim.settings()
+            if (current.fallback if current else None) != mode:
+                dmlshim.deactivate()
+                if mode:
+                    dmlshim.activate(fallback=mode)
+                run()                                   # warm caches after switching
+        return setup
+
+    t = timing.measure({"inactive": run, "known": run, "auto": run}, repeats=repeats, warmup=1,
+                       setup={"inactive": use(None), "known": use("known"), "auto": use("auto")})
+    dmlshim.deactivate()
+    t = {k: timing.Timing(v.min_s / number, v.median_s / number, v.repeats) for k, v in t.items()}
+    extra = (t["auto"].min_s - t["known"].min_s) / calls
+    return timing.rows("TransformerEncoderLayer(64) forward [cpu]", t, baseline="known",
+                       note=f"{calls} torch calls/forward; auto adds {extra * 1e9:.0f} ns/call (min)")
+
+
+def _count_calls(fn):
+    """How many dmlshim.auto wrappers one ``fn()`` goes through (nested ones too)."""
+    import dmlshim
+    from dmlshim.patches import auto
+
+    code = auto._make_wrapper("probe", len, set()).__code__     # shared by every wrapper
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            count[0] += 1
+
+    dmlshim.activate(fallback="auto")
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+        dmlshim.deactivate()
+    return count[0]
 
 
 def _repeat(fn, number):
