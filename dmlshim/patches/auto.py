@@ -20,17 +20,20 @@ Out of memory and device removed are not retried: they are raised as
 wrappers only translate errors (a localized ``UnicodeDecodeError`` becomes a
 readable ``DirectMLError``) and never retry.
 
-Why wrappers and not a ``TorchFunctionMode`` (benchmarks/auto_fallback_overhead.py):
-a mode's stack is per thread (a model run from a worker thread would escape
-it) and, once pushed, it also intercepts every tensor attribute read:
-``x.device`` goes from 45 ns to 830 ns, ``x.shape`` from 63 ns to 850 ns, and
-model code reads those constantly. Plain closures add ~0.15-0.3 µs per call
-(wrapt ``FunctionWrapper``: 0.3-0.7 µs) and install in ~6 ms (wrapt: 80 ms),
-are global (all threads), and leave attribute access alone. The cost of that
-choice: a reference bound before ``activate()`` (``from torch import cat``)
-or ``torch.ops.aten.*`` is not covered; ``torch.nn.functional``'s Python
-functions are not wrapped themselves (TorchScript must still compile them) but
-everything they call is.
+Why wrappers and not a ``TorchFunctionMode`` (benchmarks/auto_fallback_overhead.py,
+results/auto_fallback_overhead.json, minimum times, 1 thread): a mode's stack is
+per thread (a model run from a worker thread would escape it) and, once pushed,
+it also intercepts every tensor attribute read: ``x.shape, x.device`` goes from
+150 ns to 1.9 µs, and model code reads those constantly. A mode adds 0.8-2.1 µs
+to a ~1 µs CPU op; wrapt ``FunctionWrapper``s on every entry point 0.24-1.1 µs
+(120 ms to install); these closures 0.11-0.17 µs (17 ms to install, 2,700
+entry points), 2-4 % of an op on the emulated device and about 2 % of a
+``TransformerEncoderLayer(64)`` forward (35 wrapped calls), and they are global
+(all threads) and leave attribute access alone. The cost of that choice: a
+reference bound before ``activate()`` (``from torch import cat``) or
+``torch.ops.aten.*`` is not covered; ``torch.nn.functional``'s Python functions
+are not wrapped themselves (TorchScript must still compile them) but everything
+they call is.
 """
 from __future__ import annotations
 
