@@ -1,10 +1,12 @@
 """Restore the faces in photos with GFPGAN on a DirectML GPU (AMD, Intel, ...) via dmlshim.
 
 gfpgan's own ``GFPGANer`` does the work (RetinaFace detection -> alignment -> GFPGANv1Clean
--> ParseNet-masked paste-back) on the device dmlshim selects, with dmlshim active::
+-> ParseNet-masked paste-back) on the device dmlshim selects, with dmlshim active. On a
+machine without a GPU that is dmlshim's emulated DirectML device, which computes on the
+CPU but fails where torch-directml 0.2.5 fails::
 
     python examples/gfpgan_restore.py                      # bundled photo, random weights
-    python examples/gfpgan_restore.py --device emulated --compare-cpu
+    python examples/gfpgan_restore.py --compare-cpu        # ... and the CPU's result next to it
     python examples/gfpgan_restore.py me.jpg -o out --device directml \\
         --model https://github.com/TencentARC/GFPGAN/releases/download/v1.3.4/GFPGANv1.4.pth
 
@@ -51,8 +53,9 @@ def parse_args(argv=None):
     parser.add_argument("--model", help="GFPGANv1.3/v1.4 weights: a local .pth or its release URL "
                                         "(default: random weights, built offline)")
     parser.add_argument("--device", choices=DEVICES, default="auto",
-                        help="auto = dmlshim.select_device() (CUDA > DirectML > ... > CPU); "
-                             "emulated = dmlshim's emulated DirectML device (default: %(default)s)")
+                        help="auto = dmlshim.select_device() (CUDA > DirectML > ...), or the emulated "
+                             "DirectML device when there is no GPU; emulated = dmlshim's emulated "
+                             "DirectML device, computing on the CPU (default: %(default)s)")
     parser.add_argument("--upscale", type=int, default=2, help="output scale (default: %(default)s)")
     parser.add_argument("--aligned", action="store_true",
                         help="inputs are already aligned face crops (skips detection and paste-back)")
@@ -66,12 +69,19 @@ def parse_args(argv=None):
 
 
 def pick_device(name):
-    if name == "emulated":
-        from dmlshim import emulation
-        return emulation.install()
+    """``auto``: dmlshim.select_device(); on a machine with no GPU (and no DMLSHIM_DEVICE
+    asking for the CPU), the emulated DirectML device, so the demo shows the shim at work."""
     if name == "cpu":
         return torch.device("cpu")
-    return dmlshim.select_device(None if name == "auto" else name)
+    if name == "auto":
+        device = dmlshim.select_device()
+        if device.type != "cpu" or dmlshim.config.device_from_env() != "auto":
+            return device
+        print("no GPU found: using dmlshim's emulated DirectML device (it computes on the CPU)")
+    if name in ("auto", "emulated"):
+        from dmlshim import emulation
+        return emulation.install()
+    return dmlshim.select_device(name)
 
 
 def load_restorer(model, device, upscale):
