@@ -24,6 +24,9 @@ def info(args: argparse.Namespace) -> int:
     data["dmlshim"] = dmlshim.__version__
     data["active"] = dmlshim.is_active()
     data["installed_patches"] = patches.installed()
+    cfg = dmlshim.settings()
+    data["settings"] = None if cfg is None else {"target": cfg.target, "fallback": cfg.fallback,
+                                                 "trace": cfg.trace}
     data["registered_patches"] = [{"name": p.name, "doc": p.doc, "imports": list(p.imports)}
                                   for p in patches.REGISTRY]
     if args.json:
@@ -41,7 +44,12 @@ def info(args: argparse.Namespace) -> int:
         print("DirectML       no adapter (torch-directml missing or no DirectX 12 GPU): patches stay dormant")
     for k, v in data["env"].items():
         print(f"env            {k}={v}")
-    print(f"active         {'yes: ' + ', '.join(data['installed_patches']) if data['active'] else 'no'}")
+    if data["settings"]:
+        st = data["settings"]
+        print(f"active         yes (target={st['target']}, fallback={st['fallback']}, "
+              f"trace={st['trace'] or 'off'}): {', '.join(data['installed_patches'])}")
+    else:
+        print("active         no")
     print("patches (registry; installed by dmlshim.activate()):")
     for p in patches.REGISTRY:
         lazy = f" [on import of {', '.join(p.imports)}]" if p.imports else ""
