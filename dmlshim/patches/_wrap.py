@@ -167,6 +167,9 @@ class PatchSet:
         call = trace.call
 
         def make_proxy(replaced):
+            if is_method and isinstance(replaced, (staticmethod, classmethod)):
+                raise TypeError(f"dmlshim: intercept() wraps instance methods; {name} is a "
+                                f"{type(replaced).__name__}: use PatchSet.wrap() (wrapt) for it")
             if is_method:
                 # A plain function, not a wrapt.FunctionWrapper: wrapt builds a bound
                 # wrapper on every attribute access, which measured 0.4-0.8 us per call on
