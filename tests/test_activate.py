@@ -211,3 +211,33 @@ def test_torchscript_still_compiles_patched_functions(mode):
     scripted = torch.jit.script(_scripted_body)
     x, m = torch.arange(3.0), torch.ones(3)
     assert torch.equal(scripted(x, m), _scripted_body(x, m))
+
+
+class _MiniFunasr(torch.nn.Module):
+    """One of each: float x bool mask, depthwise conv, empty cat, BiLSTM, float64 cumsum."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(6, 6, 3, padding=1, groups=6)
+        self.lstm = torch.nn.LSTM(6, 4, bidirectional=True, batch_first=True)
+
+    def forward(self, x, mask):
+        x = x * mask
+        x = self.conv(x.transpose(1, 2)).transpose(1, 2)
+        x = torch.cat([x, x[:, :0]], dim=1)
+        x, _ = self.lstm(x)
+        return torch.cumsum(x.sum(-1), dim=1, dtype=torch.float64).to(torch.float32)
+
+
+@pytest.mark.parametrize("mode", ["auto", "known"])
+def test_default_activation_gives_cpu_results(dml_device, mode):
+    torch.manual_seed(0)
+    model = _MiniFunasr().eval()
+    x, mask = torch.randn(2, 9, 6), torch.ones(2, 9, 1, dtype=torch.bool)
+    mask[1, 5:] = False
+    with torch.no_grad():
+        expected = model(x, mask)
+        dmlshim.activate(fallback=mode)
+        got = model.to(dml_device)(x.to(dml_device), mask.to(dml_device))
+    assert got.device == dml_device
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
