@@ -122,6 +122,20 @@ def test_in_place_and_out_are_written_back(shim):
 
 
 @pytest.mark.emulated_only
+def test_masked_assignment_is_written_back(shim):
+    """``x[mask] = v`` (index_put_, failure_modes.md row #16 class) through Tensor.__setitem__."""
+    dev = shim("auto")
+    x = torch.arange(6.0).reshape(2, 3)
+    want = x.clone()
+    want[x > 2] = -1.0
+    with emulation.configured(rules=[emulation.Rule("_index_put_impl_")], extend=True), \
+            pytest.warns(auto.DirectMLFallbackWarning, match="Tensor.__setitem__"):
+        d = x.to(dev)
+        d[d > 2] = -1.0
+    torch.testing.assert_close(d.cpu(), want, **EXACT)
+
+
+@pytest.mark.emulated_only
 def test_autograd_through_the_fallback(shim):
     dev = shim("auto")
     w_cpu = torch.rand(3, 4, requires_grad=True)
