@@ -19,6 +19,8 @@ How the code gets the device: ``check`` installs the emulated device and sets
 ``DMLSHIM_DEVICE=directml``, so ``dmlshim.select_device()`` returns it; code
 that asks ``torch_directml.device()`` itself must be pointed at
 ``dmlshim.select_device()`` (or accept a ``--device`` option) to be checked.
+During the run ``import torch_directml`` fails, even where it is installed, so
+the real device cannot take the emulated one's place.
 
 ``--without-shim`` runs with ``fallback="off"`` (dmlshim only observes): the
 report then lists what breaks raw (the first hard failure usually ends the
@@ -80,9 +82,13 @@ def run(target: str, argv: Optional[List[str]] = None, *, shim: bool = True,
     from dmlshim import emulation, trace
     from dmlshim.patches import auto
 
+    if sys.modules.get("torch_directml") is not None:
+        raise RuntimeError("dmlshim check: torch_directml is already imported in this process, "
+                           "so the emulated device cannot take its place; run "
+                           "`python -m dmlshim check` in a fresh process")
     emulation.install()
     fallback = fallback if shim else "off"      # off: dmlshim only observes and counts
-    with _environ({"DMLSHIM_DEVICE": "directml", "DMLSHIM_FALLBACK": fallback}):
+    with _environ({"DMLSHIM_DEVICE": "directml", "DMLSHIM_FALLBACK": fallback}), _hidden("torch_directml"):
         owned = not dmlshim.is_active()
         if owned:
             dmlshim.activate(fallback=fallback)
@@ -106,6 +112,24 @@ def run(target: str, argv: Optional[List[str]] = None, *, shim: bool = True,
         "silent_cpu_fallbacks": _silent_fallbacks(records),
         "caches": report.caches,
     }
+
+
+@contextlib.contextmanager
+def _hidden(module: str):
+    """``import module`` fails inside (ImportError): on a machine with torch-directml,
+    the checked code must get the emulated device, not the real one."""
+    saved = sys.modules.get(module, _MISSING)
+    sys.modules[module] = None
+    try:
+        yield
+    finally:
+        if saved is _MISSING:
+            sys.modules.pop(module, None)
+        else:
+            sys.modules[module] = saved
+
+
+_MISSING = object()
 
 
 @contextlib.contextmanager

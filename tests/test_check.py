@@ -107,6 +107,14 @@ def test_check_select_device_gives_the_emulated_device(tmp_path, dml_device):
     assert os.environ.get("DMLSHIM_DEVICE") != "directml"      # environment restored
 
 
+def test_torch_directml_is_hidden_during_the_run(tmp_path, dml_device):
+    path = tmp_path / "hidden.py"
+    path.write_text("try:\n    import torch_directml\nexcept ImportError:\n    pass\n"
+                    "else:\n    raise SystemExit(3)\n", encoding="utf-8")
+    assert check.run(str(path))["exit_code"] == 0
+    assert sys.modules.get("torch_directml", "absent") == "absent"
+
+
 def test_check_reports_a_missing_target(tmp_path, dml_device):
     result = check.run(str(tmp_path / "nope.py"))
     assert result["exit_code"] == 1 and result["error"]["type"] == "FileNotFoundError"
