@@ -371,3 +371,4 @@ def test_auto_parity_over_random_ops_with_injected_failures(shim, data):
         got = run(x.to(dev), y.to(dev))
     assert got.device == dev
     torch.testing.assert_close(got.cpu(), want, **EXACT, equal_nan=True)
+    assert bool(auto.failures()) == bool(failing)     # the injected failures were met
