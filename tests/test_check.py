@@ -6,7 +6,6 @@ import sys
 import textwrap
 
 import pytest
-import torch
 
 import dmlshim
 from dmlshim import check, emulation

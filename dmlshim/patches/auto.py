@@ -43,7 +43,7 @@ import threading
 import types
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
