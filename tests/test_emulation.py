@@ -471,3 +471,13 @@ def test_records_count_outcomes(fresh):
                                               quirk=0)
     emulation.reset_records()
     assert emulation.records() == {}
+
+
+def test_fork_rng_saves_and_restores_the_device_stream(dml_device):
+    # torch.random.fork_rng() saves the accelerator's RNG state too (torch >= 2.6).
+    torch.manual_seed(7)
+    with torch.random.fork_rng():
+        torch.randn(3, device=dml_device)
+    after = torch.randn(3, device=dml_device).cpu()
+    torch.manual_seed(7)
+    assert_close(after, torch.randn(3), rtol=0, atol=0)

@@ -318,6 +318,16 @@ class _DeviceModule:
         pass
 
     @staticmethod
+    def get_rng_state(device=None):
+        # The device's random stream *is* the CPU default generator's, so
+        # torch.random.fork_rng() (which saves every accelerator's state) works.
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state, device=None):
+        torch.set_rng_state(state)
+
+    @staticmethod
     def get_amp_supported_dtype():
         # torch.autocast("privateuseone") is accepted and changes nothing, as on
         # torch-directml 0.2.5 (failure_modes.md #36).
