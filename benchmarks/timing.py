@@ -55,10 +55,9 @@ def write_json(path, benchmark, rows, extra=None):
 
 def seconds(s):
     """Human-readable duration: '1.23 µs', '4.56 ms', '7.89 s'."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= scale:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if s >= scale * 0.9995 or unit == "ns":  # 0.9995: 999.96 ns reads '1 µs'
             return f"{s / scale:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
 
 
 def format_table(rows):
