@@ -25,6 +25,11 @@ on DirectML, and are listed under ``extra["failed"]``.
 
     python benchmarks/gpu.py [--quick] [--batch N] [--json PATH]   # CUDA machine
     python benchmarks/gpu.py --dry-run --batch 2                     # anywhere
+
+The JSON goes to ``benchmarks/results/gpu.json`` (``gpu-dry-run.json``) unless
+``--json`` says otherwise; ``extra`` holds the GPU's name, CPU-parity of the LSTM
+strategies, whether transcripts agree across variants, and ``dmlshim.report()``
+for one shim run (ops, actions, bytes moved) with the shim's share of the time.
 """
 import copy
 import os
@@ -235,6 +240,9 @@ def main():
     args = parser.parse_args()
     if args.batch < 1:
         parser.error(f"--batch {args.batch}: must be a positive number of utterances")
+    if args.json is None:  # results are the point of a GPU run: always keep them
+        args.json = str(ROOT / "benchmarks" / "results" /
+                        ("gpu-dry-run.json" if args.dry_run else "gpu.json"))
     b = Bench(args.dry_run, args.quick, args.batch)
     rows, extra = [], {"device": str(b.device), "target": b.target, "dry_run": b.dry_run}
     if b.device.type == "cuda":
