@@ -49,6 +49,19 @@ def dml_device() -> torch.device:
     return emulation.install()
 
 
+@pytest.fixture
+def shim():
+    """dmlshim active with only the known patches (no catch-all), fresh stats;
+    deactivated afterwards. Test files that need other settings override it."""
+    import dmlshim
+
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    dmlshim.trace.reset()
+    yield
+    dmlshim.deactivate()
+
+
 # --- FunASR (owner: FUNASR helper) -------------------------------------------------
 @pytest.fixture(scope="session")
 def funasr_model_dir(tmp_path_factory):

@@ -9,15 +9,6 @@ import dmlshim
 exact = dict(rtol=0, atol=0)
 
 
-@pytest.fixture
-def shim():
-    dmlshim.deactivate()
-    dmlshim.activate(fallback="known", trace=0)
-    dmlshim.trace.reset()
-    yield
-    dmlshim.deactivate()
-
-
 def _row(op):
     return {r["op"]: r for r in dmlshim.report().rows}[op]
 

@@ -10,15 +10,6 @@ import dmlshim
 exact = dict(rtol=0, atol=0)
 
 
-@pytest.fixture
-def shim():
-    dmlshim.deactivate()
-    dmlshim.activate(fallback="known", trace=0)
-    dmlshim.trace.reset()
-    yield
-    dmlshim.deactivate()
-
-
 def _inputs(n, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 3, (2, 4) + (5,) * n, generator=g).to(dtype)

@@ -14,15 +14,6 @@ from dmlshim.patches import rnn as rnn_patch
 exact = dict(rtol=0, atol=0)
 
 
-@pytest.fixture
-def shim():
-    dmlshim.deactivate()
-    dmlshim.activate(fallback="known", trace=0)
-    dmlshim.trace.reset()
-    yield
-    dmlshim.deactivate()
-
-
 def _pair(module, device):
     """(cpu module, identical module on device)."""
     return module, copy.deepcopy(module).to(device)
