@@ -57,20 +57,20 @@ class Bench:
         from funasr_models import build
 
         self.dry_run, self.quick, self.batch = dry_run, quick, batch
+        if not dry_run and not torch.cuda.is_available():
+            sys.exit("gpu.py: CUDA is not available; --dry-run checks the code path "
+                     "on the emulated DirectML device instead")
         # built before the emulator is installed: torch.random.fork_rng in build()
         # would look for the emulated device's RNG state
         self.model_dir = str(build("seaco", "tiny" if dry_run else "real"))
         if dry_run:
             from dmlshim import emulation
             self.device, self.target = emulation.install(), "privateuseone"
-        elif torch.cuda.is_available():
+        else:
             self.device, self.target = torch.device("cuda"), "cuda"
             # price float64 as on most DirectML GPUs (failure_modes.md #7): the dtypes
             # patch asks devices.has_float64_support at call time, so CUDA answers False
             dmlshim.devices.has_float64_support = lambda device=None: False
-        else:
-            sys.exit("gpu.py: CUDA is not available; --dry-run checks the code path "
-                     "on the emulated DirectML device instead")
         self.dev = "cuda" if self.target == "cuda" else "dml"  # variant name prefix
         self.repeats = 2 if dry_run else 5 if quick else 15
         self.failed = {}
