@@ -146,7 +146,7 @@ def info() -> Dict[str, Any]:
         "directml_adapters": directml_adapters(),
         "selected": _selected(),
         "env": {k: os.environ[k] for k in ("DMLSHIM_DEVICE", "INFERENCE_DEVICE", "DMLSHIM_TRACE",
-                                           "DMLSHIM_FALLBACK") if k in os.environ},
+                                           "DMLSHIM_FALLBACK", "DMLSHIM_CODEPAGE") if k in os.environ},
     }
 
 

@@ -5,7 +5,7 @@ known patches cannot be the whole answer. This patch puts a thin wrapper on
 every Python entry point into a C++ torch op: the builtins of ``torch``,
 ``torch._VF``, ``torch._C._nn``, ``torch.nn.functional``, ``torch.fft``,
 ``torch.linalg``, ``torch.special`` and the methods of ``torch.Tensor``
-(about 3,000 attributes). A wrapper costs one ``try`` on the happy path. When
+(about 2,700 attributes). A wrapper costs one ``try`` on the happy path. When
 the call raises a DirectML-class error (:func:`dmlshim.errors.classify`:
 ``RuntimeError``/``NotImplementedError`` from the backend, or the
 ``UnicodeDecodeError`` of a localized HRESULT, failure_modes.md Note A) and a
@@ -137,7 +137,7 @@ def install(ctx: Context) -> None:
         _ctx = ctx
         jit = _jit_table()
         gc_was_on = gc.isenabled()
-        gc.disable()        # 3,000 new closures would trigger full collections: 0.15 s -> 12 ms
+        gc.disable()        # 2,700 new closures would trigger full collections: 0.15 s -> 12 ms
         try:
             _wrap_all(jit)
         finally:
