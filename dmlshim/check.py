@@ -40,6 +40,8 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional
 
+from .trace import human_bytes, table_lines
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--without-shim", action="store_true",
@@ -216,20 +218,6 @@ def _silent_fallbacks(records: Dict[str, dict]) -> List[dict]:
                   key=lambda r: -r["calls"])
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _table(head, rows) -> List[str]:
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    return ["  " + "  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip()
-            for line in (head, *rows)]
-
-
 def format_report(result: Dict[str, Any]) -> str:
     """The human-readable report of :func:`run`'s result."""
     mode = f"dmlshim fallback={result['fallback']}" if result["shim"] else "WITHOUT dmlshim"
@@ -249,20 +237,20 @@ def format_report(result: Dict[str, Any]) -> str:
                      if result["shim"] else "Intercepted calls that raised (dmlshim observing only):")
         if result["handled"]:
             rows = [(r["op"], r["calls"], " ".join(f"{k}={v}" for k, v in r["actions"].items()),
-                     f"{r['seconds'] * 1e3:.2f}", _bytes(r["h2d"]), _bytes(r["d2h"]),
+                     f"{r['seconds'] * 1e3:.2f}", human_bytes(r["h2d"]), human_bytes(r["d2h"]),
                      r["reason"][:80]) for r in result["handled"]]
-            lines += _table(("op", "calls", "actions", "ms", "host->dev", "dev->host", "why"), rows)
+            lines += table_lines(("op", "calls", "actions", "ms", "host->dev", "dev->host", "why"), rows, "  ")
         else:
             lines.append("  nothing: no call needed a fix")
         for name, c in result["caches"].items():
-            lines.append(f"  cache {name}: {c['tensors']} tensors, {_bytes(c['bytes'])}")
+            lines.append(f"  cache {name}: {c['tensors']} tensors, {human_bytes(c['bytes'])}")
         lines.append("")
 
     lines.append("Failed on the device (aten op: raised, or 'quirk' = silently wrong result):")
     if result["device_failures"]:
         rows = [(r["op"], r["route"], r["reached"], r["failed"], r["quirk"])
                 for r in result["device_failures"]]
-        lines += _table(("aten op", "route (tdml 0.2.5)", "calls", "failed", "quirk"), rows)
+        lines += table_lines(("aten op", "route (tdml 0.2.5)", "calls", "failed", "quirk"), rows, "  ")
         if result["shim"]:
             lines.append("  (failures above were recovered by dmlshim unless the run stopped)")
     else:
@@ -272,8 +260,8 @@ def format_report(result: Dict[str, Any]) -> str:
     lines.append("Silent CPU fallbacks inside torch-directml (correct but slow; warned once per "
                  "process):")
     if result["silent_cpu_fallbacks"]:
-        lines += _table(("aten op", "calls"),
-                        [(r["op"], r["calls"]) for r in result["silent_cpu_fallbacks"]])
+        lines += table_lines(("aten op", "calls"),
+                             [(r["op"], r["calls"]) for r in result["silent_cpu_fallbacks"]], "  ")
     else:
         lines.append("  none")
     return "\n".join(lines)

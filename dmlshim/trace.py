@@ -146,21 +146,27 @@ class Report:
         head = ("op", "calls", "actions", "ms", "host->dev", "dev->host")
         body = [(r["op"], str(r["calls"]),
                  " ".join(f"{k}={v}" for k, v in r["actions"].items()),
-                 f"{r['seconds'] * 1e3:.2f}", _human(r["h2d"]), _human(r["d2h"]))
+                 f"{r['seconds'] * 1e3:.2f}", human_bytes(r["h2d"]), human_bytes(r["d2h"]))
                 for r in self.rows]
-        widths = [max(len(x) for x in col) for col in zip(head, *body)]
-        lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip()
-                 for line in (head, *body)]
+        lines = table_lines(head, body)
         if not self.rows:
             lines.append("(no intercepted calls on the target device)")
         for name, c in self.caches.items():
-            lines.append(f"cache {name}: {c['tensors']} tensors, {_human(c['bytes'])}")
+            lines.append(f"cache {name}: {c['tensors']} tensors, {human_bytes(c['bytes'])}")
         return "\n".join(lines)
 
     __repr__ = __str__
 
 
-def _human(n: int) -> str:
+def table_lines(head, rows, indent: str = "") -> List[str]:
+    """``head`` and ``rows`` (sequences of cells) as left-aligned text columns."""
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    return [indent + "  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip()
+            for line in (head, *rows)]
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes as text: ``"512 B"``, ``"1.5 KiB"``, ``"3.0 MiB"``."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

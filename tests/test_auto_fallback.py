@@ -2,7 +2,7 @@
 device through rules invented here, are retried on the CPU with CPU-identical
 results; localized HRESULTs become DirectMLError; OOM / device removed are not
 retried."""
-import threading
+from concurrent.futures import ThreadPoolExecutor
 import warnings
 
 import pytest
@@ -258,22 +258,14 @@ def test_worker_threads_are_covered(shim):
     dev = shim("auto")
     x = torch.rand(64, 8)
     want = torch.nn.functional.softplus(x, beta=2.0)
-    results, errors = [None] * 4, []
 
-    def work(i):
-        try:
-            results[i] = torch.nn.functional.softplus(x.to(dev), beta=2.0).cpu()
-        except Exception as exc:                                # pragma: no cover
-            errors.append(exc)
+    def work(_):
+        return torch.nn.functional.softplus(x.to(dev), beta=2.0).cpu()
 
     with emulation.configured(rules=[emulation.Rule("softplus")]), warnings.catch_warnings():
         warnings.simplefilter("ignore", auto.DirectMLFallbackWarning)
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert errors == []
+        with ThreadPoolExecutor(4) as pool:              # a worker's exception re-raises here
+            results = list(pool.map(work, range(4)))
     for r in results:
         torch.testing.assert_close(r, want, **EXACT)
 

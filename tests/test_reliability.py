@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import warnings
 from pathlib import Path
 
@@ -171,30 +172,22 @@ def test_same_model_from_four_threads_is_identical(active):
     with torch.no_grad():
         want = [model(x, m) for x, m in inputs]
     model.to(dev)
-    results, failures = {}, []
     barrier = threading.Barrier(4)
 
     def work(i):
-        try:
-            barrier.wait()
-            for rep in range(3):
-                x, m = inputs[(i + rep) % 4]
-                with torch.no_grad():
-                    results[(i, rep)] = model(x.to(dev), m.to(dev)).cpu()
-        except Exception as exc:                     # pragma: no cover - reported below
-            failures.append(repr(exc))
+        barrier.wait()
+        with torch.no_grad():
+            return [model(x.to(dev), m.to(dev)).cpu()
+                    for x, m in (inputs[(i + rep) % 4] for rep in range(3))]
 
     with emulation.configured(rules=INVENTED, extend=True), warnings.catch_warnings():
         warnings.simplefilter("ignore", auto.DirectMLFallbackWarning)
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert failures == []
-    for (i, rep), got in results.items():
-        torch.testing.assert_close(got, want[(i + rep) % 4], **EXACT)
-    assert len(results) == 12
+        with ThreadPoolExecutor(4) as pool:              # a worker's exception re-raises here
+            results = list(pool.map(work, range(4)))
+    for i, outputs in enumerate(results):
+        for rep, got in enumerate(outputs):
+            torch.testing.assert_close(got, want[(i + rep) % 4], **EXACT)
+    assert [len(outputs) for outputs in results] == [3] * 4
 
 
 # ----------------------------------------------------------------------------- no torch-directml
