@@ -91,6 +91,32 @@ def test_tensor_methods_and_operators(shim):
 
 
 @pytest.mark.emulated_only
+def test_entry_points_shared_with_core_patches(shim):
+    """torch.cat and Tensor.__mul__ are intercepted by the cat and mul patches; auto's
+    retry runs inside those wrappers (no second layer) and still retries and remembers
+    failures, on the core fast path (float x float) and after its handler (float x bool)."""
+    dev = shim("auto")
+    for attr, owner in (("cat", torch), ("__mul__", torch.Tensor)):
+        assert vars(owner)[attr].__wrapped__ is dmlshim.patches.original(owner, attr)
+    a, b, m = torch.rand(3, 4), torch.rand(2, 4), torch.rand(3, 4) > 0.5
+    rules = [emulation.Rule("cat", source="invented"), emulation.Rule("mul", source="invented")]
+    with emulation.configured(rules=rules), warnings.catch_warnings():
+        warnings.simplefilter("ignore", auto.DirectMLFallbackWarning)
+        emulation.reset_records()
+        for _ in range(2):                                     # the second goes straight to the CPU
+            out = torch.cat([a.to(dev), b.to(dev)])
+            assert out.device == dev
+            torch.testing.assert_close(out.cpu(), torch.cat([a, b]), **EXACT)
+            torch.testing.assert_close((a.to(dev) * a.to(dev)).cpu(), a * a, **EXACT)
+        assert reached("cat") == 1 and reached("mul") == 1
+        masked = a.to(dev) * m.to(dev)                         # the mul patch's handler, then auto
+        assert masked.device == dev
+        torch.testing.assert_close(masked.cpu(), a * m, **EXACT)
+    assert {"torch.cat", "Tensor.__mul__"} <= set(auto.failures())
+    assert auto.failures()["Tensor.__mul__"].signatures == 2
+
+
+@pytest.mark.emulated_only
 def test_not_implemented_sends_every_signature_to_cpu(shim):
     dev = shim("auto")
     rule = emulation.Rule("erfinv", error=NotImplementedError,

@@ -71,7 +71,8 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("gfpgan", "GFPGANer device default; StyleGAN2 noise from the CPU generator (no device "
                     "Generator, failure_modes.md #35); log the RuntimeError GFPGANer.enhance swallows",
           imports=("gfpgan",)),
-    # Last of the eager patches, so its catch-all wrappers sit outside the others.
+    # Last of the eager patches: it leaves alone what the core patches' intercept
+    # wrappers already guard (they run its retry inline) and wraps the rest.
     Patch("auto", "any torch call DirectML fails (RuntimeError/NotImplementedError, localized "
                   "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "
                   "remembered; 'known' only translates errors to DirectMLError",

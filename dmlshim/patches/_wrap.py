@@ -1,7 +1,8 @@
 """The wrapping helper every patch module uses.
 
 * ``PatchSet`` remembers what one patch module wrapped, so its ``uninstall()`` undoes
-  exactly that.  Wrappers are ``wrapt.FunctionWrapper`` objects.
+  exactly that.  ``wrap()`` installs ``wrapt.FunctionWrapper`` objects; ``intercept()``,
+  on the hottest entry points, plain functions (one Python call less per call).
 * Originals are saved once per attribute, **first save wins** (gevent
   ``monkey/_state.py``): ``original(owner, name)`` is the pristine object even when
   wrappers are stacked.
@@ -21,7 +22,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import wrapt
@@ -52,6 +53,31 @@ class Context:
     def on_target(self, x: Any) -> bool:
         """Is ``x`` a tensor on the target device?  (``is_cpu`` first: 5x cheaper.)"""
         return isinstance(x, torch.Tensor) and not x.is_cpu and x.device.type == self.target
+
+
+class Guard(NamedTuple):
+    """Error handling an ``intercept`` wrapper runs inline: with ``fallback="auto"`` or
+    ``"known"`` it is auto's (``auto.guard``), so auto needs no second wrapper around
+    ours.  The default does nothing: ``memo`` stays empty and ``catch`` matches nothing.
+
+    ``memo``: truthy once some calls of the op go straight to the CPU, then
+    ``remembered(args, kwargs)`` says whether this one does and ``cpu(func, args,
+    kwargs)`` runs it there.  An exception in ``catch`` raised by the call goes to
+    ``failed(func, args, kwargs, exc)``, which returns a result or raises.
+    """
+
+    memo: Any = frozenset()
+    catch: Tuple[type, ...] = ()
+    remembered: Optional[Callable[[tuple, dict], bool]] = None
+    cpu: Optional[Callable[[Callable, tuple, dict], Any]] = None
+    failed: Optional[Callable[[Callable, tuple, dict, BaseException], Any]] = None
+
+
+def _guard(ctx: Context, owner: Any, name: str, op: str) -> Guard:
+    if ctx.fallback == "off" or isinstance(owner, str):   # auto: not in "off" (REGISTRY), torch only
+        return Guard()
+    from . import auto                      # lazy: auto imports this module
+    return auto.guard(owner, name, op)
 
 
 def original(owner: Any, name: str) -> Any:
@@ -146,7 +172,8 @@ class PatchSet:
                   op: Optional[str] = None, select: Optional[Callable[[Any, tuple, dict], bool]] = None) -> None:
         """Wrap ``owner.name`` so that calls touching ``ctx.target`` tensors go to
         ``handler(func, args, kwargs) -> (action, result)``; all other calls run the
-        original at once (fast path).
+        original at once (fast path).  Failures of either go to auto's retry on the CPU
+        (``Guard``) when ``ctx.fallback`` is ``"auto"``/``"known"``.
 
         ``func`` is the original callable, unbound: for methods ``args[0]`` is ``self``
         (so a handler may replace it).  ``select(instance, args, kwargs)`` decides
@@ -163,34 +190,42 @@ class PatchSet:
             select = select_positional(ctx.target)
         if ctx.fallback == "off":           # trace only: observe calls, fix nothing
             handler = _observe
+        guard = _guard(ctx, owner, name, op)
+        memo, catch, remembered, cpu, failed = guard
         busy = fallback.busy
         call = trace.call
 
+        # Plain functions, not wrapt.FunctionWrappers: for module functions wrapt's call
+        # costs 0.1-0.15 us more, and for methods it builds a bound wrapper on every
+        # attribute access (0.4-0.8 us against 0.1-0.4 us; benchmarks/shim_overhead.py).
+        # The guard's try costs nothing until something raises (Python >= 3.11).
         def make_proxy(replaced):
             if is_method and isinstance(replaced, (staticmethod, classmethod)):
                 raise TypeError(f"dmlshim: intercept() wraps instance methods; {name} is a "
                                 f"{type(replaced).__name__}: use PatchSet.wrap() (wrapt) for it")
             if is_method:
-                # A plain function, not a wrapt.FunctionWrapper: wrapt builds a bound
-                # wrapper on every attribute access, which measured 0.4-0.8 us per call on
-                # Tensor methods against 0.1-0.4 us for this (benchmarks/shim_overhead.py).
-                @functools.wraps(replaced)
-                def method(self, *args, **kwargs):
-                    if not select(self, args, kwargs):
-                        return replaced(self, *args, **kwargs)        # fast path
-                    args = (self, *args)
-                    if not ctx.active or busy():
-                        return replaced(*args, **kwargs)
-                    return call(op, handler, replaced, args, kwargs)
-                return method
-
-            def wrapper(wrapped, instance, args, kwargs):
-                if not select(None, args, kwargs):
-                    return wrapped(*args, **kwargs)                   # fast path
-                if not ctx.active or busy():
-                    return wrapped(*args, **kwargs)
-                return call(op, handler, wrapped, args, kwargs)
-            return wrapt.FunctionWrapper(replaced, wrapper)
+                def proxy(self, *args, **kwargs):
+                    if memo and remembered((self, *args), kwargs):
+                        return cpu(replaced, (self, *args), kwargs)
+                    try:
+                        if not select(self, args, kwargs) or not ctx.active or busy():
+                            return replaced(self, *args, **kwargs)        # fast path
+                        return call(op, handler, replaced, (self, *args), kwargs)
+                    except catch as exc:
+                        return failed(replaced, (self, *args), kwargs, exc)
+            else:
+                def proxy(*args, **kwargs):
+                    if memo and remembered(args, kwargs):
+                        return cpu(replaced, args, kwargs)
+                    try:
+                        if not select(None, args, kwargs) or not ctx.active or busy():
+                            return replaced(*args, **kwargs)              # fast path
+                        return call(op, handler, replaced, args, kwargs)
+                    except catch as exc:
+                        return failed(replaced, args, kwargs, exc)
+            functools.update_wrapper(proxy, replaced)
+            proxy.__dmlshim_guarded__ = guard.failed is not None   # auto leaves it alone
+            return proxy
 
         resolved = None if isinstance(owner, str) and owner not in sys.modules else _resolve_owner(owner)
         is_method = "." in name or isinstance(resolved, type)

@@ -13,7 +13,9 @@ tensor argument is on the target device, the call runs again on the CPU through
 the fallback engine and its results come back to the device. The failing input
 signature (dtypes and shapes of the tensor arguments; every signature for a
 ``NotImplementedError``, i.e. an op with no kernel) is remembered, so later
-calls go straight to the CPU; one warning per op.
+calls go straight to the CPU; one warning per op. Entry points a core patch
+already intercepts (``torch.cat``, ``Tensor.__mul__``, ``F.conv1d`` ...) get no
+second wrapper: the core wrapper runs the same logic inline (:func:`guard`).
 
 Out of memory and device removed are not retried: they are raised as
 :class:`dmlshim.DirectMLError` naming the HRESULT. In ``fallback="known"`` the
@@ -48,10 +50,10 @@ from typing import Dict, List, Optional
 import torch
 
 from .. import errors, fallback, trace
-from ._wrap import Context
+from ._wrap import Context, Guard
 
 __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
-           "entry_points"]
+           "entry_points", "guard"]
 
 _CATCH = (RuntimeError, NotImplementedError, UnicodeDecodeError)
 _ALL = "*"                    # memo entry: every signature of the op goes to the CPU
@@ -106,24 +108,32 @@ _failures: Dict[str, Failure] = {}
 
 def entry_points():
     """``(owner, attribute, op name)`` for every entry point the patch wraps."""
-    import torch.nn.functional as F
-
-    vf_names = [n for n in dir(torch._C._VariableFunctions) if not n.startswith("__")]
+    vf_names = [n for n in dir(torch._C._VariableFunctions) if _listed(torch, n)]
     builtin = types.BuiltinFunctionType
-    vf_names = [n for n in vf_names if n not in _SKIP]
     out = [(torch, n, f"torch.{n}") for n in vf_names if isinstance(getattr(torch, n, None), builtin)]
     out += [(torch._VF, n, f"torch._VF.{n}") for n in vf_names]     # served by _VF.__getattr__
-    for owner, prefix in ((F, "F"), (torch._C._nn, "torch._C._nn"), (torch.fft, "torch.fft"),
-                          (torch.linalg, "torch.linalg"), (torch.special, "torch.special")):
+    for owner, prefix in _modules():
         out += [(owner, n, f"{prefix}.{n}") for n, obj in vars(owner).items()
-                if not n.startswith("__") and n not in _SKIP and isinstance(obj, builtin)]
+                if _listed(owner, n) and isinstance(obj, builtin)]
     kinds = (types.MethodDescriptorType, types.WrapperDescriptorType, types.FunctionType)
-    for n in dir(torch.Tensor):
-        if n in _SKIP or (n.startswith("_") and not n.endswith("__")):
-            continue
-        if isinstance(getattr(torch.Tensor, n, None), kinds):
-            out.append((torch.Tensor, n, f"Tensor.{n}"))
+    out += [(torch.Tensor, n, f"Tensor.{n}") for n in dir(torch.Tensor)
+            if _listed(torch.Tensor, n) and isinstance(getattr(torch.Tensor, n, None), kinds)]
     return out
+
+
+def _modules():
+    import torch.nn.functional as F
+    return ((F, "F"), (torch._C._nn, "torch._C._nn"), (torch.fft, "torch.fft"),
+            (torch.linalg, "torch.linalg"), (torch.special, "torch.special"))
+
+
+def _listed(owner, name) -> bool:
+    """``entry_points()``'s rule on names (it also wants a C function or method)."""
+    if name in _SKIP:
+        return False
+    if owner is torch.Tensor:
+        return not name.startswith("_") or name.endswith("__")
+    return not name.startswith("__")
 
 
 # ---------------------------------------------------------------------------- install
@@ -147,6 +157,8 @@ def install(ctx: Context) -> None:
 
 def _wrap_all(jit):
     for owner, name, op in entry_points():
+        if getattr(vars(owner).get(name), "__dmlshim_guarded__", False):
+            continue                             # a core patch's wrapper runs our guard inline
         had_own = name in vars(owner)
         replaced = vars(owner)[name] if had_own else getattr(owner, name)
         func = getattr(owner, name)              # unbound for Tensor methods
@@ -220,6 +232,21 @@ def _make_wrapper(op: str, func, memo: set):
     functools.update_wrapper(wrapper, func)
     wrapper.__dmlshim_op__ = op
     return wrapper
+
+
+def guard(owner, name: str, op: str) -> Guard:
+    """What ``_make_wrapper``'s wrapper does around a call of ``owner.name``, for a core
+    patch's ``PatchSet.intercept`` wrapper to run inline (``install`` then leaves that
+    attribute alone): one Python layer per call instead of two on the hottest entry
+    points (``torch.cat``, ``Tensor.__mul__`` ...).  Entry points this patch does not
+    cover (``Tensor.to``) get ``Guard()``, which does nothing.  Partials, not closures:
+    they add no Python frame, so warnings still point at the caller."""
+    owners = (torch.Tensor, torch, torch._VF, *(m for m, _ in _modules()))
+    if not (any(owner is o for o in owners) and _listed(owner, name)):
+        return Guard()
+    memo = _memo.setdefault(op, set())
+    return Guard(memo, _CATCH, functools.partial(_remembered, memo), functools.partial(_cpu, op),
+                 functools.partial(_failed, op, memo=memo))
 
 
 def _signature(args, kwargs):
