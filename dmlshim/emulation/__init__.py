@@ -44,7 +44,9 @@ def install() -> torch.device:
 
     Raises:
         RuntimeError: another backend already claimed PrivateUse1 in this
-            process (e.g. ``import torch_directml`` on Windows).
+            process (e.g. ``import torch_directml`` on Windows), or this torch
+            lacks the Python PrivateUse1 backend API (torch 2.4.1 lacks it;
+            tested on 2.13).
     """
     global _installed
     with _lock:

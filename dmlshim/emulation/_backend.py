@@ -394,7 +394,16 @@ def register(policy_fn):
     """Make ``privateuseone`` a Python backend and register the kernels (once)."""
     global policy
     policy = policy_fn
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    try:
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    except ImportError:
+        # The shim itself supports torch 2.4.1 (torch-directml's pin); the emulator,
+        # a test and diagnostic tool, needs PyTorch's Python backend API.
+        raise RuntimeError(
+            f"dmlshim.emulation needs a torch with the Python PrivateUse1 backend API "
+            f"(torch.utils.backend_registration._setup_privateuseone_for_python_backend; "
+            f"tested on 2.13); this is torch {torch.__version__}. dmlshim.activate() works "
+            f"on this torch; only the emulated device does not.") from None
 
     # The same-name rename is required: without it backward() fails with
     # "Cannot access accelerator device".
