@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from . import _backend, _state, localized, routing
+from . import _backend, _state, localized
 from .routing import route
 from .rules import FatalDirectMLError, Rule, default_rules
 
@@ -87,9 +87,10 @@ def configure(rules: Optional[Iterable[Rule]] = None, localized_errors=None, *,
         ValueError: an unknown code page or ``unknown_ops`` value.
         TypeError: ``rules`` holds something that is not a :class:`Rule`.
     """
-    rules = list(default_rules() if rules is None else rules)
-    if extend:
-        rules = default_rules() + rules
+    if rules is None:
+        rules = default_rules()
+    else:
+        rules = (default_rules() if extend else []) + list(rules)
     for rule in rules:
         if not isinstance(rule, Rule):
             raise TypeError(f"configure(rules=...) takes Rule objects, got {type(rule).__name__}")
