@@ -4,6 +4,8 @@ Every aten op that reaches the PrivateUse1 dispatch key lands in
 :func:`_kernel`, which asks the policy (``_state.policy``: routing table and
 quirk rules) what DirectML would do, then
 
+* ops with a hand-written kernel (``_HAND_WRITTEN``: allocation, copies,
+  ``resize_``, convolution) run it;
 * *metadata* ops (views, ``set_``, in-place views) re-dispatch to the CPU
   kernel on the device tensor itself: the result shares its storage and keeps
   the device, exactly like a real backend's view;
@@ -14,9 +16,11 @@ Arithmetic is therefore the CPU's own kernels, bit for bit.
 """
 import contextlib
 import functools
+import math
 
 import torch
 
+from . import routing
 from ._tensors import cpu_alias, to_device
 
 DEVICE_TYPE = "privateuseone"
@@ -29,24 +33,23 @@ _libraries = []   # torch.library registrations vanish when these are collected
 _ops = {}         # OpOverload -> _OpInfo
 _direct = set()   # ops given a direct PrivateUse1 kernel (faster than the boxed fallback)
 RUN = object()    # the policy's "compute normally" verdict
-_FAILED = 3       # index of the "failed" count in a record (see _state)
 policy = None     # set by register(): (info, args, kwargs) -> RUN | result, may raise
 
 
 class _OpInfo:
     """What the kernel needs to know about one aten overload, computed once."""
 
-    __slots__ = ("op", "name", "metadata", "cache")
+    __slots__ = ("op", "name", "impl", "metadata", "cache")
 
     def __init__(self, op):
         self.op = op
-        base = op._schema.name.split("::", 1)[1]
-        self.name = _impl_name(op)
+        self.name = routing.op_name(op)
+        self.impl = None   # a hand-written kernel (_HAND_WRITTEN), set by register()
         returns = op._schema.returns
         is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
         self.metadata = (is_view or torch.Tag.inplace_view in op.tags
-                         or base in ("set_", "_reshape_alias"))
-        self.cache = None  # policy's per-op data (routing, matching rules)
+                         or self.name.split(".", 1)[0] in ("set_", "_reshape_alias"))
+        self.cache = None  # policy's per-op data (routing, matching rules, failed())
 
 
 def op_info(op):
@@ -133,9 +136,10 @@ def _outs(op, kwargs):
     return outs[0] if len(outs) == 1 else outs
 
 
-def _set_metadata(target, shape, stride, offset):
+def _set_metadata(target, shape, stride, offset, storage=None):
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU_KEYSET, target, target.untyped_storage(), offset, shape, stride)
+        _CPU_KEYSET, target, target.untyped_storage() if storage is None else storage,
+        offset, shape, stride)
 
 
 @functools.lru_cache(maxsize=None)
@@ -147,36 +151,37 @@ def _out_names(op):
 
 # ---------------------------------------------------------------- kernels
 
-def _kernel(op, *args, **kwargs):
-    info = _ops.get(op) or op_info(op)
+def _kernel(info, *args, **kwargs):
     verdict = policy(info, args, kwargs)
     if verdict is not RUN:
         return verdict
     try:
+        if info.impl is not None:
+            return info.impl(*args, **kwargs)
         if info.metadata:
-            return op.redispatch(_CPU_KEYSET, *args, **kwargs)
-        return run_on_cpu(op, args, kwargs)
+            return info.op.redispatch(_CPU_KEYSET, *args, **kwargs)
+        return run_on_cpu(info.op, args, kwargs)
     except Exception:
-        info.cache.counts[_FAILED] += 1
+        info.cache.failed()
         raise
+
+
+def _register_direct(op):
+    """Give ``op`` its own PrivateUse1 kernel, :func:`_kernel` bound to its info."""
+    _direct.add(op)
+    info = op_info(op)
+    _libraries[1].impl(info.name, functools.partial(_kernel, info), "PrivateUse1")
 
 
 def _fallback(op, *args, **kwargs):
     # First call of an op: give it a direct kernel, which the dispatcher calls
     # with less overhead than this boxed fallback.
     if op not in _direct and op.namespace == "aten":
-        _direct.add(op)
         try:
-            _libraries[1].impl(_impl_name(op), functools.partial(_kernel, op), "PrivateUse1")
+            _register_direct(op)
         except RuntimeError:
             pass  # some ops refuse Python kernels; the fallback keeps serving them
-    return _kernel(op, *args, **kwargs)
-
-
-def _impl_name(op):
-    overload = op._overloadname
-    base = op._schema.name.split("::", 1)[1]
-    return base if overload == "default" else f"{base}.{overload}"
+    return _kernel(op_info(op), *args, **kwargs)
 
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None,
@@ -225,36 +230,19 @@ def _copy_from_and_resize(self, dst):
 def _resize_(self, size, memory_format=None):
     """``resize_`` that can grow a DLPack storage by swapping in a larger one."""
     size = tuple(size)
-    numel = 1
-    for s in size:
-        numel *= s
+    numel = math.prod(size)
     needed = (self.storage_offset() + numel) * self.element_size()
     if needed > self.untyped_storage().nbytes():
         old = cpu_alias(self).reshape(-1) if self.numel() else None
         grown = to_device(torch.empty(self.storage_offset() + numel, dtype=self.dtype))
         if old is not None:
             cpu_alias(grown)[self.storage_offset():self.storage_offset() + old.numel()].copy_(old)
-        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU_KEYSET, self, grown.untyped_storage(), self.storage_offset(), self.shape,
-            self.stride())  # keep sizes; resize_ below sets the new ones
+        # keep sizes; resize_ below sets the new ones
+        _set_metadata(self, self.shape, self.stride(), self.storage_offset(),
+                      grown.untyped_storage())
     torch.ops.aten.resize_.default.redispatch(_CPU_KEYSET, self, size,
                                               memory_format=memory_format)
     return self
-
-
-def _wrap(op, fn):
-    """A hand-written kernel that still goes through the policy (routing, rules)."""
-    def kernel(*args, **kwargs):
-        info = _ops.get(op) or op_info(op)
-        verdict = policy(info, args, kwargs)
-        if verdict is not RUN:
-            return verdict
-        try:
-            return fn(*args, **kwargs)
-        except Exception:
-            info.cache.counts[_FAILED] += 1
-            raise
-    return kernel
 
 
 def _convolution(input, weight, bias, stride, padding, dilation, transposed,
@@ -272,6 +260,7 @@ def _convolution_backward(grad_output, input, weight, stride, padding, dilation,
                        transposed, output_padding, groups, output_mask), {})
 
 
+# Kernels :func:`_kernel` runs instead of the CPU one, after the policy (routing, rules).
 _HAND_WRITTEN = {
     "empty.memory_format": _empty,
     "empty_strided": _empty_strided,
@@ -369,13 +358,10 @@ def _ops_needing_direct_kernels():
       decompose, e.g. ``native_layer_norm`` into batch_norm arithmetic that is
       not bit-identical to the CPU kernel.
     """
-    from . import routing
-
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name, (route, delegate) in routing.table().items():
-        base, _, overload = name.partition(".")
         try:
-            op = getattr(getattr(torch.ops.aten, base), overload or "default")
+            op = routing.aten_op(name)
         except AttributeError:
             continue  # not in the running torch
         qualname = op.name()
@@ -416,10 +402,8 @@ def register(policy_fn):
     aten_lib = torch.library.Library("aten", "IMPL")
     _libraries.extend([fallback_lib, aten_lib])
     for name, fn in _HAND_WRITTEN.items():
-        base, _, overload = name.partition(".")
-        op = getattr(getattr(torch.ops.aten, base), overload or "default")
-        _direct.add(op)
-        aten_lib.impl(name, _wrap(op, fn), "PrivateUse1")
+        op = routing.aten_op(name)
+        op_info(op).impl = fn
+        _register_direct(op)
     for op in _ops_needing_direct_kernels():
-        _direct.add(op)
-        aten_lib.impl(_impl_name(op), functools.partial(_kernel, op), "PrivateUse1")
+        _register_direct(op)

@@ -25,7 +25,7 @@ class Config:
 
 
 config = Config(rules=tuple(default_rules()))
-_generation = 0          # bumps on configure(): per-op caches recompute
+_generation = 0          # bumps on configure() and reset_records(): per-op caches recompute
 _warned = False          # torch-directml warns once per *process* (note B)
 _lock = threading.Lock()
 
@@ -33,7 +33,6 @@ _lock = threading.Lock()
 _records = {}
 _FIELDS = ("reached", "native", "cpu_fallback", "failed", "quirk")
 _REACHED, _NATIVE, _CPU_FALLBACK, _FAILED, _QUIRK = range(5)
-assert _FAILED == _backend._FAILED
 
 _RUN = _backend.RUN  # policy verdict: compute the op normally
 
@@ -51,7 +50,10 @@ def records():
 
 
 def reset_records():
-    _records.clear()
+    global _generation
+    with _lock:
+        _records.clear()
+        _generation += 1  # cached per-op policies hold the old count lists
 
 
 class _OpPolicy:
@@ -65,6 +67,10 @@ class _OpPolicy:
         self.rules = tuple(r for r in config.rules
                            if r.matches_op(info.op, info.name, info.metadata))
         self.counts = _records.setdefault(info.name, [0, 0, 0, 0, 0])
+
+    def failed(self):
+        """Count a call whose kernel raised (called by the backend)."""
+        self.counts[_FAILED] += 1
 
 
 def _effective_route(name):
@@ -81,7 +87,7 @@ def _effective_route(name):
 def policy(info, args, kwargs):
     """Decide one call: ``_RUN``, a replacement result, or raise as DirectML would."""
     p = info.cache
-    if p is None or p.generation != _generation or p.counts is not _records.get(info.name):
+    if p is None or p.generation != _generation:
         p = info.cache = _OpPolicy(info)
     counts = p.counts
     counts[_REACHED] += 1

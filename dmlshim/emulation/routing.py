@@ -22,6 +22,8 @@ warning (row #13: ``aten::lerp.Scalar_out``).
 import functools
 from importlib import resources
 
+import torch
+
 DML_KERNEL = "DML_KERNEL"
 CPU_FALLBACK = "CPU_FALLBACK"
 NO_CPU_KERNEL = "CPU_FALLBACK_NO_CPU_KERNEL"
@@ -58,6 +60,16 @@ def op_name(op) -> str:
         return base if overload == "default" else f"{base}.{overload}"
     name = op.split("::", 1)[-1]
     return name[: -len(".default")] if name.endswith(".default") else name
+
+
+def aten_op(name: str):
+    """``torch.ops.aten.add.Tensor`` for ``"add.Tensor"`` (``"add"``: the default overload).
+
+    Raises:
+        AttributeError: the running torch has no such overload.
+    """
+    base, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
 
 
 def lookup(op):
@@ -98,8 +110,6 @@ def no_cpu_kernel_error(name: str) -> NotImplementedError:
 
 def _backends_with_kernel(name):
     # The running dispatcher's computed table, as its own error message lists it.
-    import torch
-
     try:
         dump = torch._C._dispatch_dump_table(f"aten::{name}")
     except RuntimeError:

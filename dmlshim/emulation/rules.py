@@ -157,10 +157,12 @@ def _any_empty(tensors, *_, **__):
     return any(t.numel() == 0 for t in tensors)
 
 
-_DATA_MOVEMENT = frozenset([
-    "_copy_from", "_copy_from_and_resize", "copy_", "_to_copy", "clone", "empty.memory_format",
-    "empty_strided", "resize_", "_local_scalar_dense", "cat", "cat.out", "fill_.Scalar",
-    "zero_", "set_.source_Storage", "set_.source_Storage_storage_offset"])
+# Copies between devices. Metadata ops (set_, resize_) need no entry: callable
+# selectors never match them (Rule.matches_op).
+_COPY_OPS = frozenset(["_copy_from", "_copy_from_and_resize", "copy_", "_to_copy"])
+# The float64 ops DirectML runs: it has only casts and data movement (#7).
+_DATA_MOVEMENT = _COPY_OPS | {"clone", "empty.memory_format", "empty_strided",
+                              "_local_scalar_dense", "cat", "cat.out", "fill_.Scalar", "zero_"}
 
 
 def _is_float64_math(op):
@@ -206,15 +208,10 @@ def _unsupported_dtype(*args, **kwargs):
 def _fatal_dtype_message(*args, **kwargs):
     dtype = _requested_dtype(*args, **kwargs)
     if dtype is None:  # a complex-producing op: complex64 unless its input is double
-        inputs = list(_tensors(args, kwargs))
+        inputs = _tensors(args, kwargs)
         dtype = torch.complex128 if inputs and inputs[0].dtype == torch.float64 \
             else torch.complex64
     return f"[F dml_util.cc:118] Invalid or unsupported data type {_C10_NAMES[dtype]}."
-
-
-_COPY_OPS = frozenset(["_copy_from", "_copy_from_and_resize", "copy_", "_to_copy",
-                       "set_.source_Storage", "set_.source_Storage_storage_offset",
-                       "set_.source_Tensor"])
 
 
 def _takes_dml_tensors_only(op):
