@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
+from . import check
+
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -62,13 +64,8 @@ COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "info": ("versions, devices, float64 support, patches", _info_arguments, info),
     "check": ("run a script or MODULE:CALLABLE on the emulated DirectML device; report what "
               "would fail, how dmlshim handles it, and silent CPU fallbacks",
-              lambda parser: _check().add_arguments(parser), lambda args: _check().main(args)),
+              check.add_arguments, check.main),
 }
-
-
-def _check():
-    from . import check       # imported on use: `info` stays light
-    return check
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,7 +40,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional
 
-from .trace import human_bytes, table_lines
+from .trace import STAT_HEAD, cache_lines, stat_cells, table_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -182,10 +182,25 @@ def _describe_error(exc: BaseException) -> Dict[str, str]:
 
     readable = errors.translate(exc) or exc
     frames = traceback.extract_tb(exc.__traceback__)
-    user = [f for f in frames if "dmlshim" not in f.filename and "/torch/" not in f.filename]
+    libraries = _library_dirs()
+    user = [f for f in frames if not _normalized(f.filename).startswith(libraries)]
     where = user[-1] if user else (frames[-1] if frames else None)
     return {"type": type(readable).__name__, "message": str(readable).strip()[:1000],
             "where": f"{where.filename}:{where.lineno} ({where.name})" if where else ""}
+
+
+def _library_dirs() -> tuple:
+    """The folders of torch and dmlshim (normalized, with a trailing separator): frames
+    there are not the user's code."""
+    import torch
+
+    import dmlshim
+    return tuple(os.path.join(os.path.dirname(_normalized(m.__file__)), "") for m in (torch, dmlshim))
+
+
+def _normalized(path: str) -> str:
+    # normcase: on Windows, case-insensitive and "/" -> "\\" (frames may use either)
+    return os.path.normcase(os.path.abspath(path))
 
 
 def _handled(rows: List[dict], failures: Dict[str, Any]) -> List[dict]:
@@ -236,14 +251,11 @@ def format_report(result: Dict[str, Any]) -> str:
         lines.append("Handled by dmlshim (would fail or be wrong on DirectML without it):"
                      if result["shim"] else "Intercepted calls that raised (dmlshim observing only):")
         if result["handled"]:
-            rows = [(r["op"], r["calls"], " ".join(f"{k}={v}" for k, v in r["actions"].items()),
-                     f"{r['seconds'] * 1e3:.2f}", human_bytes(r["h2d"]), human_bytes(r["d2h"]),
-                     r["reason"][:80]) for r in result["handled"]]
-            lines += table_lines(("op", "calls", "actions", "ms", "host->dev", "dev->host", "why"), rows, "  ")
+            rows = [(*stat_cells(r), r["reason"][:80]) for r in result["handled"]]
+            lines += table_lines((*STAT_HEAD, "why"), rows, "  ")
         else:
             lines.append("  nothing: no call needed a fix")
-        for name, c in result["caches"].items():
-            lines.append(f"  cache {name}: {c['tensors']} tensors, {human_bytes(c['bytes'])}")
+        lines += cache_lines(result["caches"], "  ")
         lines.append("")
 
     lines.append("Failed on the device (aten op: raised, or 'quirk' = silently wrong result):")

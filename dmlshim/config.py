@@ -42,9 +42,9 @@ class Config:
 
 def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = "trace") -> Optional[str]:
     """``0``/``False``/``""`` -> None, ``1``/``True`` -> ``"log"``, anything else -> a path."""
-    if value is None or value is False or value == 0 or str(value).strip() in ("", "0"):
+    if value is None or value == 0 or str(value).strip() in ("", "0"):     # False == 0
         return None
-    if value is True or value == 1 or str(value).strip() == "1":
+    if value == 1 or str(value).strip() == "1":                           # True == 1
         return "log"
     if not isinstance(value, (str, os.PathLike)) or str(value).strip().lower() in _WORDS:
         # "true"/"on" are far more likely a typo for 1 than a wish for a file named so

@@ -38,40 +38,36 @@ class HResult:
     name: str
     value: int
     text: str
-    retryable: bool
+    retryable: bool = True
 
     def __str__(self):
         return f"{self.name} (0x{self.value:08X})"
 
 
-def _h(name, value, text, retryable=True):
-    return HResult(name, value, text, retryable)
-
-
-E_INVALIDARG = _h("E_INVALIDARG", 0x80070057, "The parameter is incorrect.")
-E_OUTOFMEMORY = _h("E_OUTOFMEMORY", 0x8007000E,
-                   "Not enough storage is available to complete this operation.", False)
+E_INVALIDARG = HResult("E_INVALIDARG", 0x80070057, "The parameter is incorrect.")
+E_OUTOFMEMORY = HResult("E_OUTOFMEMORY", 0x8007000E,
+                        "Not enough storage is available to complete this operation.", False)
 HRESULTS = {h.value: h for h in (
     E_INVALIDARG,
     E_OUTOFMEMORY,
-    _h("ERROR_NOT_ENOUGH_MEMORY", 0x80070008,
-       "Not enough memory resources are available to process this command.", False),
-    _h("E_FAIL", 0x80004005, "Unspecified error"),
-    _h("E_NOTIMPL", 0x80004001, "Not implemented"),
-    _h("DXGI_ERROR_INVALID_CALL", 0x887A0001, "The application made a call that is invalid."),
+    HResult("ERROR_NOT_ENOUGH_MEMORY", 0x80070008,
+            "Not enough memory resources are available to process this command.", False),
+    HResult("E_FAIL", 0x80004005, "Unspecified error"),
+    HResult("E_NOTIMPL", 0x80004001, "Not implemented"),
+    HResult("DXGI_ERROR_INVALID_CALL", 0x887A0001, "The application made a call that is invalid."),
     # The device is gone: a CPU retry would hide a dead GPU (row #27).
-    _h("DXGI_ERROR_DEVICE_REMOVED", 0x887A0005,
-       "The GPU device instance has been suspended. Use GetDeviceRemovedReason "
-       "to determine the appropriate action.", False),
-    _h("DXGI_ERROR_DEVICE_HUNG", 0x887A0006,
-       "The GPU will not respond to more commands, most likely because of an "
-       "invalid command passed by the calling application.", False),
-    _h("DXGI_ERROR_DEVICE_RESET", 0x887A0007,
-       "The GPU will not respond to more commands, most likely because some other "
-       "application submitted invalid commands.", False),
-    _h("DXGI_ERROR_DRIVER_INTERNAL_ERROR", 0x887A0020,
-       "An internal issue prevented the driver from carrying out the specified "
-       "operation.", False),
+    HResult("DXGI_ERROR_DEVICE_REMOVED", 0x887A0005,
+            "The GPU device instance has been suspended. Use GetDeviceRemovedReason "
+            "to determine the appropriate action.", False),
+    HResult("DXGI_ERROR_DEVICE_HUNG", 0x887A0006,
+            "The GPU will not respond to more commands, most likely because of an "
+            "invalid command passed by the calling application.", False),
+    HResult("DXGI_ERROR_DEVICE_RESET", 0x887A0007,
+            "The GPU will not respond to more commands, most likely because some other "
+            "application submitted invalid commands.", False),
+    HResult("DXGI_ERROR_DRIVER_INTERNAL_ERROR", 0x887A0020,
+            "An internal issue prevented the driver from carrying out the specified "
+            "operation.", False),
 )}
 
 # Localized system texts: (code page, text, HRESULT value). zh-CN/zh-TW/ja/ko/ru

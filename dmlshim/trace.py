@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
@@ -105,23 +105,20 @@ def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, arg
 def describe(args, kwargs=None) -> List[dict]:
     """Shape, dtype and device of every tensor in ``args``/``kwargs`` (nested lists
     included), in order.  Never values."""
-    found: List[dict] = []
+    return [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "device": str(t.device)}
+            for t in tensors_in((args, kwargs or {}))]
 
-    def walk(x):
-        if isinstance(x, torch.Tensor):
-            found.append({"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
-                          "device": str(x.device)})
-        elif isinstance(x, (list, tuple)):
-            for item in x:
-                walk(item)
-        elif isinstance(x, dict):
-            for item in x.values():
-                walk(item)
 
-    walk(args)
-    if kwargs:
-        walk(kwargs)
-    return found
+def tensors_in(obj: Any) -> Iterator[torch.Tensor]:
+    """Yield every tensor in nested lists/tuples/dicts, in order."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from tensors_in(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from tensors_in(x)
 
 
 def register_cache(name: str, sizer: Callable[[], "tuple[int, int]"]) -> None:
@@ -143,19 +140,29 @@ class Report:
         return {"ops": self.rows, "caches": self.caches}
 
     def __str__(self) -> str:
-        head = ("op", "calls", "actions", "ms", "host->dev", "dev->host")
-        body = [(r["op"], str(r["calls"]),
-                 " ".join(f"{k}={v}" for k, v in r["actions"].items()),
-                 f"{r['seconds'] * 1e3:.2f}", human_bytes(r["h2d"]), human_bytes(r["d2h"]))
-                for r in self.rows]
-        lines = table_lines(head, body)
+        lines = table_lines(STAT_HEAD, [stat_cells(r) for r in self.rows])
         if not self.rows:
             lines.append("(no intercepted calls on the target device)")
-        for name, c in self.caches.items():
-            lines.append(f"cache {name}: {c['tensors']} tensors, {human_bytes(c['bytes'])}")
+        lines += cache_lines(self.caches)
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+STAT_HEAD = ("op", "calls", "actions", "ms", "host->dev", "dev->host")
+
+
+def stat_cells(row: dict) -> tuple:
+    """One report row (op, calls, actions, seconds, h2d, d2h) as the text cells
+    under ``STAT_HEAD``: ``(op, calls, actions, ms, h2d, d2h)``."""
+    return (row["op"], str(row["calls"]), " ".join(f"{k}={v}" for k, v in row["actions"].items()),
+            f"{row['seconds'] * 1e3:.2f}", human_bytes(row["h2d"]), human_bytes(row["d2h"]))
+
+
+def cache_lines(caches: Dict[str, dict], indent: str = "") -> List[str]:
+    """One line per shim-owned cache (``{name: {"tensors", "bytes"}}``)."""
+    return [f"{indent}cache {name}: {c['tensors']} tensors, {human_bytes(c['bytes'])}"
+            for name, c in caches.items()]
 
 
 def table_lines(head, rows, indent: str = "") -> List[str]:
@@ -171,7 +178,6 @@ def human_bytes(n: int) -> str:
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return str(n)
 
 
 def report() -> Report:
@@ -256,10 +262,10 @@ def _dtype_short(name: str) -> str:
 def _summary_at_exit() -> None:
     if _sink is None:
         return
-    text = str(report())
+    snapshot = report()
     if _sink is _log_line:
-        logger.info("summary\n%s", text)
+        logger.info("summary\n%s", snapshot)
     else:
-        _sink({"summary": report().to_dict()})
-        sys.stderr.write(f"dmlshim summary\n{text}\n")
+        _sink({"summary": snapshot.to_dict()})
+        sys.stderr.write(f"dmlshim summary\n{snapshot}\n")
     stop()

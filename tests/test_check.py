@@ -129,3 +129,16 @@ def test_cli_json(script, tmp_path):
     assert data["exit_code"] == 0 and data["shim"] is True
     assert "torch.cat" in {r["op"] for r in data["handled"]}
     assert "roll" in {r["op"] for r in data["silent_cpu_fallbacks"]}
+
+
+def test_check_points_at_the_user_frame_even_in_a_folder_named_torch(tmp_path, dml_device):
+    # Library frames are told apart by torch's and dmlshim's folders, not by a
+    # "/torch/" substring (which also misses Windows paths).
+    folder = tmp_path / "torch"
+    folder.mkdir()
+    path = folder / "fails.py"
+    path.write_text("import torch\n\n\ndef boom():\n    torch.ones(2).view(3)\n\n\nboom()\n",
+                    encoding="utf-8")
+    error = check.run(str(path))["error"]
+    assert error["type"] == "RuntimeError"
+    assert error["where"] == f"{path}:5 (boom)"

@@ -24,10 +24,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
+from ..config import FALLBACK_MODES
 from ._wrap import Context, PatchSet, original, when_imported  # noqa: F401  (the helper API)
-
-
-ALL_MODES = ("auto", "known", "off")
 
 
 @dataclass(frozen=True)
@@ -50,17 +48,17 @@ class Patch:
 
 REGISTRY: Tuple[Patch, ...] = (
     Patch("mul", "float x bool returns bool on DirectML: cast the bool operand first "
-                 "(DirectML#686, #737; failure_modes.md #17)", modes=ALL_MODES),
+                 "(DirectML#686, #737; failure_modes.md #17)", modes=FALLBACK_MODES),
     Patch("conv", "bool/integer input to conv1d/2d/3d: cast to the weight's dtype (safety net; "
-                  "the root cause is mul, failure_modes.md #17)", modes=ALL_MODES),
+                  "the root cause is mul, failure_modes.md #17)", modes=FALLBACK_MODES),
     Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): run on the CPU "
                  "with cached CPU weights (DirectML#613, #654, #677; failure_modes.md #1, #2)",
-          modes=ALL_MODES),
+          modes=FALLBACK_MODES),
     Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
-                 "#19, #20; DirectML PR#527): drop empties on the device, else CPU", modes=ALL_MODES),
+                 "#19, #20; DirectML PR#527): drop empties on the device, else CPU", modes=FALLBACK_MODES),
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
                     "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
-          modes=ALL_MODES),
+          modes=FALLBACK_MODES),
     # GFPGAN stack (third-party, installed lazily on import).  basicsr's fix must be in
     # place before basicsr's own import line runs, so it triggers on torchvision.
     Patch("basicsr", "basicsr 1.4.2 imports torchvision.transforms.functional_tensor, removed in "
