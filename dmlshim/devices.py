@@ -19,14 +19,21 @@ from . import config
 ORDER = ("cuda", "directml", "xpu", "mps", "cpu")
 
 
+_import_failed = False        # one failed `import torch_directml` is enough per process
+
+
 def _torch_directml() -> Optional[Any]:
     """The ``torch_directml`` module, or None when it is not installed or fails to load
     (its Linux wheel raises at import outside WSL2: failure_modes.md #38)."""
-    if "torch_directml" in sys.modules:
+    global _import_failed
+    if "torch_directml" in sys.modules:      # first: ``check`` hides it with a None entry
         return sys.modules["torch_directml"]
+    if _import_failed:
+        return None
     try:
         return importlib.import_module("torch_directml")
     except Exception:
+        _import_failed = True
         return None
 
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from . import trace
+from .trace import tensors_in  # noqa: F401  (re-exported: auto, rnn and tests use fallback.tensors_in)
 
 _busy: contextvars.ContextVar = contextvars.ContextVar("dmlshim_busy", default=False)
 
@@ -62,24 +63,31 @@ def tree_map(fn: Callable[[Any], Any], obj: Any) -> Any:
     return fn(obj)
 
 
-def tensors_in(obj: Any):
-    """Yield every tensor in nested lists/tuples/dicts, in order."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from tensors_in(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from tensors_in(x)
-
-
 def device_of(args: Any, kwargs: Optional[dict] = None, target: Optional[str] = None) -> Optional[torch.device]:
     """Device of the first tensor argument on ``target`` (any non-CPU device when
     ``target`` is None); None when every tensor is on the CPU."""
-    for t in tensors_in((args, kwargs or {})):
-        if not t.is_cpu and (target is None or t.device.type == target):
-            return t.device
+    device = _device_in(args, target)
+    return device if device is not None or not kwargs else _device_in(kwargs, target)
+
+
+def _device_in(obj: Any, target: Optional[str]) -> Optional[torch.device]:
+    # The order of tensors_in, without a generator: auto's remembered-failure check
+    # runs this on every call of an op that once failed.
+    if isinstance(obj, torch.Tensor):
+        if obj.is_cpu:
+            return None
+        device = obj.device
+        return device if target is None or device.type == target else None
+    if isinstance(obj, (list, tuple)):
+        items = obj
+    elif isinstance(obj, dict):
+        items = obj.values()
+    else:
+        return None
+    for x in items:
+        device = _device_in(x, target)
+        if device is not None:
+            return device
     return None
 
 
