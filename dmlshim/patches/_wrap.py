@@ -29,6 +29,11 @@ import wrapt
 
 from .. import fallback, trace
 
+try:
+    from torch.jit import _builtins as _jit_builtins     # private, see _jit_alias
+except ImportError:
+    _jit_builtins = None
+
 _lock = threading.RLock()
 _originals: Dict[Tuple[int, str], Any] = {}        # (id(owner), name) -> pristine object
 _owners: Dict[int, Any] = {}                        # keeps owners alive while keys use id()
@@ -135,6 +140,8 @@ class PatchSet:
     def __init__(self, name: str):
         self.name = name
         self._applied: List[tuple] = []     # (owner, attr, wrapper, replaced, had_own)
+        self._keys: set = set()             # (id(owner), attr) of _applied: a constant-time
+                                            # "wrapped already?" (auto wraps 2,700 attributes)
         self._cancels: List[Callable[[], None]] = []
 
     # ---------------------------------------------------------------- low level
@@ -145,27 +152,36 @@ class PatchSet:
         may be a module name: the wrap then happens when that module is imported.
         ``name`` may be dotted (``"Class.method"``).
         """
-        self._wrap(owner, name, lambda replaced: wrapt.FunctionWrapper(replaced, wrapper))
+        self.replace(owner, name, lambda replaced: wrapt.FunctionWrapper(replaced, wrapper))
 
-    def _wrap(self, owner: Any, name: str, make_proxy: Callable[[Any], Any]) -> None:
-        """Set ``owner.name = make_proxy(replaced)``, remembering how to undo it."""
+    def replace(self, owner: Any, name: str, make_proxy: Callable[[Any], Any]) -> None:
+        """Set ``owner.name = make_proxy(replaced)``, remembering how to undo it: the
+        primitive under ``wrap`` and ``intercept`` (``auto`` uses it for its closures).
+        Does nothing if this set wrapped ``owner.name`` already.
+
+        Raises whatever ``setattr`` raises on a read-only attribute (``AttributeError``,
+        ``TypeError``); nothing is recorded then.
+        """
         if isinstance(owner, str) and owner not in sys.modules:
-            self._cancels.append(when_imported(owner, lambda mod: self._wrap(mod, name, make_proxy)))
+            self._cancels.append(when_imported(owner, lambda mod: self.replace(mod, name, make_proxy)))
             return
-        parent, attr, _ = wrapt.resolve_path(_resolve_owner(owner), name)
+        owner = _resolve_owner(owner)
+        parent, attr = wrapt.resolve_path(owner, name)[:2] if "." in name else (owner, name)
+        key = (id(parent), attr)
         with _lock:
-            if any(p is parent and a == attr for p, a, *_ in self._applied):
+            if key in self._keys:
                 return                      # this patch set already wrapped it
             had_own = attr in getattr(parent, "__dict__", {})
             replaced = parent.__dict__[attr] if had_own else getattr(parent, attr)
-            key = (id(parent), attr)
-            if key not in _originals:       # first save wins
-                _originals[key] = getattr(parent, attr)
-                _owners[id(parent)] = parent
+            current = getattr(parent, attr)
             proxy = make_proxy(replaced)
             setattr(parent, attr, proxy)
+            if key not in _originals:       # first save wins
+                _originals[key] = current
+                _owners[id(parent)] = parent
             _jit_alias(proxy, replaced)
             self._applied.append((parent, attr, proxy, replaced, had_own))
+            self._keys.add(key)
 
     def intercept(self, ctx: Context, owner: Any, name: str,
                   handler: Callable[[Callable, tuple, dict], Tuple[str, Any]], *,
@@ -227,35 +243,37 @@ class PatchSet:
             proxy.__dmlshim_guarded__ = guard.failed is not None   # auto leaves it alone
             return proxy
 
-        resolved = None if isinstance(owner, str) and owner not in sys.modules else _resolve_owner(owner)
-        is_method = "." in name or isinstance(resolved, type)
-        self._wrap(owner, name, make_proxy)
+        is_method = "." in name or isinstance(owner, type)
+        self.replace(owner, name, make_proxy)
 
     # ---------------------------------------------------------------- undo
     def restore(self) -> None:
-        """Undo this set's wrappers (newest first) and cancel pending lazy wraps."""
+        """Undo this set's wrappers (newest first) and cancel pending lazy wraps.
+
+        Warns once (``RuntimeWarning``) naming the attributes someone replaced after
+        us: those keep the new value."""
         for cancel in self._cancels:
             cancel()
         self._cancels.clear()
         with _lock:
             applied, self._applied = self._applied, []
+            self._keys = set()
+        skipped = []
         for parent, attr, proxy, replaced, had_own in reversed(applied):
             current = parent.__dict__.get(attr) if hasattr(parent, "__dict__") else getattr(parent, attr, None)
             if current is not proxy:
-                warnings.warn(f"dmlshim: {_name(parent)}.{attr} was replaced after dmlshim wrapped it; "
-                              "leaving the new value in place (dmlshim's wrapper inside it is now inactive)",
-                              RuntimeWarning, stacklevel=3)
+                skipped.append(f"{_name(parent)}.{attr}")
                 continue
             if had_own:
                 setattr(parent, attr, replaced)
             else:
                 delattr(parent, attr)       # the attribute was inherited: uncover it again
             _jit_alias(proxy, None)
-
-    @property
-    def wrapped(self) -> List[str]:
-        """``"owner.attr"`` of every wrapper currently applied by this set."""
-        return [f"{_name(p)}.{a}" for p, a, *_ in self._applied]
+        if skipped:
+            names = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+            warnings.warn(f"dmlshim: {names} {'was' if len(skipped) == 1 else 'were each'} replaced after "
+                          "dmlshim wrapped it; left in place (dmlshim's wrapper inside is now inactive)",
+                          RuntimeWarning, stacklevel=3)
 
 
 def _jit_alias(proxy: Any, replaced: Any) -> None:
@@ -264,8 +282,7 @@ def _jit_alias(proxy: Any, replaced: Any) -> None:
     (``replaced=None``).  TorchScript's ``id(function) -> "aten::op"`` table is private:
     without it, nothing is done."""
     try:
-        from torch.jit import _builtins
-        table = _builtins._get_builtin_table()
+        table = _jit_builtins._get_builtin_table()
     except Exception:
         return
     if replaced is None:

@@ -45,12 +45,12 @@ import threading
 import types
 import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
 
 from .. import errors, fallback, trace
-from ._wrap import Context, Guard
+from ._wrap import Context, Guard, PatchSet
 
 __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
            "entry_points", "guard"]
@@ -98,8 +98,7 @@ class Failure:
 
 _lock = threading.Lock()
 _ctx: Optional[Context] = None
-_applied: List[tuple] = []            # (owner, name, wrapper, replaced, had_own)
-_jit_ids: List[int] = []              # our entries in TorchScript's builtin table
+_patches = PatchSet(__name__)
 _memo: Dict[str, set] = {}            # op -> signatures that go straight to the CPU
 _failures: Dict[str, Failure] = {}
 
@@ -142,85 +141,35 @@ def install(ctx: Context) -> None:
     """Wrap every entry point (see module docstring). Idempotent per activation."""
     global _ctx
     with _lock:
-        if _applied:
-            return
         _ctx = ctx
-        jit = _jit_table()
         gc_was_on = gc.isenabled()
         gc.disable()        # 2,700 new closures would trigger full collections: 0.15 s -> 12 ms
         try:
-            _wrap_all(jit)
+            for owner, name, op in entry_points():
+                if getattr(vars(owner).get(name), "__dmlshim_guarded__", False):
+                    continue                     # a core patch's wrapper runs our guard inline
+                memo = _memo.setdefault(op, set())
+                try:
+                    _patches.replace(owner, name, functools.partial(_make_wrapper, op, memo=memo))
+                except (AttributeError, TypeError):  # read-only on this torch version
+                    continue
         finally:
             if gc_was_on:
                 gc.enable()
-
-
-def _wrap_all(jit):
-    for owner, name, op in entry_points():
-        if getattr(vars(owner).get(name), "__dmlshim_guarded__", False):
-            continue                             # a core patch's wrapper runs our guard inline
-        had_own = name in vars(owner)
-        replaced = vars(owner)[name] if had_own else getattr(owner, name)
-        func = getattr(owner, name)              # unbound for Tensor methods
-        wrapper = _make_wrapper(op, func, _memo.setdefault(op, set()))
-        try:
-            setattr(owner, name, wrapper)
-        except (AttributeError, TypeError):      # read-only on this torch version
-            continue
-        _applied.append((owner, name, wrapper, replaced, had_own))
-        aten = _aten_name(jit, func)
-        if aten is not None:                     # keep torch.jit.script(torch.add) working
-            jit[id(wrapper)] = aten
-            _jit_ids.append(id(wrapper))
 
 
 def uninstall() -> None:
     """Put every original back (only where our wrapper is still in place)."""
     global _ctx
     with _lock:
-        applied, _applied[:] = list(_applied), []
-        jit = _jit_table()
-        for i in _jit_ids:
-            if jit is not None:
-                jit.pop(i, None)
-        _jit_ids.clear()
-        skipped = []
-        for owner, name, wrapper, replaced, had_own in reversed(applied):
-            if vars(owner).get(name) is not wrapper:
-                skipped.append(f"{getattr(owner, '__name__', owner)}.{name}")
-                continue
-            if had_own:
-                setattr(owner, name, replaced)
-            else:
-                delattr(owner, name)
+        _patches.restore()
         _ctx = None
-    if skipped:
-        warnings.warn(f"dmlshim: {len(skipped)} entry points were replaced after dmlshim "
-                      f"wrapped them and were left in place: {', '.join(skipped[:5])}",
-                      RuntimeWarning, stacklevel=2)
-
-
-def _aten_name(jit, func):
-    """TorchScript's op name for ``func``, looking through other wrappers (wrapt's too)."""
-    while jit is not None and func is not None:
-        if id(func) in jit:
-            return jit[id(func)]
-        func = getattr(func, "__wrapped__", None)
-    return None
-
-
-def _jit_table():
-    """TorchScript's ``id(function) -> "aten::op"`` table (private; None if absent)."""
-    try:
-        from torch.jit import _builtins
-        return _builtins._get_builtin_table()
-    except Exception:
-        return None
 
 
 # ---------------------------------------------------------------------------- the wrapper
 
 def _make_wrapper(op: str, func, memo: set):
+    """The wrapper of ``func`` (unbound for ``Tensor`` methods)."""
     def wrapper(*args, **kwargs):
         if memo and _remembered(memo, args, kwargs):
             return _cpu(op, func, args, kwargs)
@@ -230,7 +179,6 @@ def _make_wrapper(op: str, func, memo: set):
             return _failed(op, func, args, kwargs, exc, memo)
 
     functools.update_wrapper(wrapper, func)
-    wrapper.__dmlshim_op__ = op
     return wrapper
 
 
