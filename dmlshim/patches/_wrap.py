@@ -145,14 +145,19 @@ class PatchSet:
         self._cancels: List[Callable[[], None]] = []
 
     # ---------------------------------------------------------------- low level
-    def wrap(self, owner: Any, name: str, wrapper: Callable) -> None:
-        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(current, wrapper)``.
+    def wrap(self, ctx: Context, owner: Any, name: str, wrapper: Callable) -> None:
+        """Replace ``owner.name`` with ``wrapt.FunctionWrapper(current, wrapper)``,
+        transparent while ``ctx.active`` is False (a wrapper we could not remove).
 
         ``wrapper(wrapped, instance, args, kwargs)`` is wrapt's signature.  ``owner``
         may be a module name: the wrap then happens when that module is imported.
         ``name`` may be dotted (``"Class.method"``).
         """
-        self.replace(owner, name, lambda replaced: wrapt.FunctionWrapper(replaced, wrapper))
+        def when_active(wrapped, instance, args, kwargs):
+            if not ctx.active:
+                return wrapped(*args, **kwargs)
+            return wrapper(wrapped, instance, args, kwargs)
+        self.replace(owner, name, lambda replaced: wrapt.FunctionWrapper(replaced, when_active))
 
     def replace(self, owner: Any, name: str, make_proxy: Callable[[Any], Any]) -> None:
         """Set ``owner.name = make_proxy(replaced)``, remembering how to undo it: the

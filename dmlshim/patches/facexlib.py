@@ -55,7 +55,7 @@ def install(ctx: Context) -> None:
     global _module_device
     for module, attr in _DEFAULTS:
         if _has(module, attr):
-            _patches.wrap(module, attr, when_active(ctx, default_device))
+            _patches.wrap(ctx, module, attr, default_device)
     retinaface = sys.modules.get(_RETINAFACE)
     if isinstance(getattr(retinaface, "device", None), torch.device):     # facexlib 0.2.5
         _module_device = (devices.select_device(), retinaface.device)
@@ -81,11 +81,3 @@ def _has(module: str, attr: str) -> bool:
         obj = getattr(obj, part, None)
     return obj is not None
 
-
-def when_active(ctx: Context, wrapper):
-    """Make ``wrapper`` transparent once dmlshim is deactivated (if it could not be removed)."""
-    def guarded(wrapped, instance, args, kwargs):
-        if not ctx.active:
-            return wrapped(*args, **kwargs)
-        return wrapper(wrapped, instance, args, kwargs)
-    return guarded

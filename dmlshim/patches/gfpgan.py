@@ -37,7 +37,7 @@ import torch
 
 from .. import trace
 from ._wrap import Context, PatchSet
-from .facexlib import default_device, when_active
+from .facexlib import default_device
 
 _patches = PatchSet(__name__)
 
@@ -48,9 +48,9 @@ _print = None           # our module-level print in gfpgan.utils while installed
 
 def install(ctx: Context) -> None:
     global _print
-    _patches.wrap(_UTILS, "GFPGANer.__init__", when_active(ctx, default_device))
+    _patches.wrap(ctx, _UTILS, "GFPGANer.__init__", default_device)
     for module in _STYLECONV:
-        _patches.wrap(module, "StyleConv.forward", _noise_from_cpu(ctx))
+        _patches.wrap(ctx, module, "StyleConv.forward", _noise_from_cpu(ctx))
     utils = sys.modules.get(_UTILS)
     if utils is not None and "print" not in vars(utils):
         _print = _logging_print(ctx)
@@ -80,7 +80,7 @@ def _noise_from_cpu(ctx: Context):
     def wrapper(wrapped, instance, args, kwargs):
         x = args[0] if args else kwargs.get("x")
         noise = args[2] if len(args) > 2 else kwargs.get("noise")
-        if noise is not None or not ctx.active or not ctx.on_target(x):
+        if noise is not None or not ctx.on_target(x):
             return wrapped(*args, **kwargs)
         start = time.perf_counter()
         h, w = noise_size(instance.modulated_conv, x)
