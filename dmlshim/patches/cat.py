@@ -104,8 +104,7 @@ def _handler(stack: bool):
 def install(ctx: Context) -> None:
     select = _select(ctx)
     for owner, name in _ENTRY_POINTS:
-        _patches.intercept(ctx, owner, name, _handler(name == "stack"), op=f"torch.{name}",
-                           select=select)
+        _patches.intercept(ctx, owner, name, _handler(name == "stack"), select=select)
 
 
 def uninstall() -> None:

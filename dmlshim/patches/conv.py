@@ -44,8 +44,7 @@ def _handle(func, args, kwargs):
 def install(ctx: Context) -> None:
     select = _select(ctx)
     for owner, name in _ENTRY_POINTS:
-        op = f"{'F' if owner is F else 'torch'}.{name}"
-        _patches.intercept(ctx, owner, name, _handle, op=op, select=select)
+        _patches.intercept(ctx, owner, name, _handle, select=select)
 
 
 def uninstall() -> None:

@@ -51,13 +51,12 @@ def _parse_to(args, kwargs):
 
 
 def _to_select(ctx: Context):
-    target = ctx.target
-    special = _SPECIAL
+    target, special, dtype_type = ctx.target, _SPECIAL, torch.dtype
 
     def select(self, args, kwargs):
         if self.dtype not in special:
             for a in args:
-                if type(a) is torch.dtype and a in special:
+                if type(a) is dtype_type and a in special:
                     break
             else:
                 if not kwargs or kwargs.get("dtype") not in special:
@@ -89,17 +88,17 @@ def _to_handle(func, args, kwargs):
 
 
 def _dtype_select(ctx: Context):
-    target = ctx.target
+    target, float64, Tensor = ctx.target, torch.float64, torch.Tensor
 
     def select(instance, args, kwargs):
-        if not kwargs or kwargs.get("dtype") is not torch.float64:
+        if not kwargs or kwargs.get("dtype") is not float64:
             for a in args:
-                if a is torch.float64:
+                if a is float64:
                     break
             else:
                 return False                   # the fast path: no float64 requested
-        x = instance if isinstance(instance, torch.Tensor) else (args[0] if args else kwargs.get("input"))
-        return (isinstance(x, torch.Tensor) and not x.is_cpu and x.device.type == target
+        x = instance if isinstance(instance, Tensor) else (args[0] if args else kwargs.get("input"))
+        return (isinstance(x, Tensor) and not x.is_cpu and x.device.type == target
                 and not devices.has_float64_support(x.device))
     return select
 
@@ -109,12 +108,12 @@ def _dtype_handle(func, args, kwargs):
 
 
 def install(ctx: Context) -> None:
-    _patches.intercept(ctx, torch.Tensor, "to", _to_handle, op="Tensor.to", select=_to_select(ctx))
+    _patches.intercept(ctx, torch.Tensor, "to", _to_handle, select=_to_select(ctx))
     select = _dtype_select(ctx)
     for name in _DTYPE_OPS:
-        for owner, prefix in ((torch, "torch"), (torch.Tensor, "Tensor")):
+        for owner in (torch, torch.Tensor):
             if hasattr(owner, name):
-                _patches.intercept(ctx, owner, name, _dtype_handle, op=f"{prefix}.{name}", select=select)
+                _patches.intercept(ctx, owner, name, _dtype_handle, select=select)
 
 
 def uninstall() -> None:

@@ -100,8 +100,7 @@ def _select(target: str):
 def install(ctx: Context) -> None:
     select = _select(ctx.target)
     for owner, name, inplace in _ENTRY_POINTS:
-        op = f"{'torch' if owner is torch else 'Tensor'}.{name}"
-        _patches.intercept(ctx, owner, name, _handler(inplace), op=op, select=select)
+        _patches.intercept(ctx, owner, name, _handler(inplace), select=select)
 
 
 def uninstall() -> None:
