@@ -141,21 +141,18 @@ MODE = PassMode()
 
 
 def make_strategies():
+    from dmlshim.patches import auto          # the real thing: dmlshim/patches/auto.py alone
+    from dmlshim.patches._wrap import Context
+
     wrapt_inst = Installer(lambda f: wrapt.FunctionWrapper(f, _wrapt_wrapper))
     closure_inst = Installer(_closure)
-    strategies = {
+    return {
         "none": (lambda: None, lambda: None),
         "mode": (MODE.__enter__, lambda: MODE.__exit__(None, None, None)),
         "wrapt": (wrapt_inst.install, wrapt_inst.uninstall),
         "closure": (closure_inst.install, closure_inst.uninstall),
+        "dmlshim.auto": (lambda: auto.install(Context()), auto.uninstall),
     }
-    try:                                   # the real thing: dmlshim/patches/auto.py alone
-        from dmlshim.patches import auto
-        from dmlshim.patches._wrap import Context
-        strategies["dmlshim.auto"] = (lambda: auto.install(Context()), auto.uninstall)
-    except ImportError:
-        pass
-    return strategies
 
 
 def cases(device):

@@ -45,8 +45,7 @@ def cases(dev):
 def main():
     args = timing.arg_parser(__doc__.splitlines()[0]).parse_args()
     torch.set_num_threads(1)
-    dev = emulation.install()
-    emulation.configure()
+    dev = emulation.install()  # DirectML's default configuration
     rows = []
     for case, (cpu_fn, dev_fn, number) in cases(dev).items():
         number = max(1, number // 10) if args.quick else number

@@ -42,24 +42,6 @@ def clips(seconds):
     return {f"{s}s": speech[: s * rate] for s in seconds}
 
 
-def load(model_dir, device, ncpu):
-    from funasr import AutoModel
-    return AutoModel(model=str(model_dir), device=str(device), ncpu=ncpu, disable_update=True,
-                     disable_pbar=True, log_level="ERROR")
-
-
-def shim_pass(model, audio, hotword):
-    """One traced utterance on the device: wall seconds, report rows, result."""
-    import dmlshim
-    from dmlshim import trace
-
-    trace.reset()
-    start = time.perf_counter()
-    result = model.generate(audio, hotword=hotword)
-    wall = time.perf_counter() - start
-    return wall, dmlshim.report().rows, result
-
-
 def main():
     parser = timing.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
@@ -77,13 +59,13 @@ def main():
 
     import dmlshim
     from dmlshim import emulation
-    from funasr_models import build
+    from funasr_models import auto_model, build
 
     device = emulation.install()
     t0 = time.perf_counter()
     model_dir = build("seaco", size=size, cache_dir=args.cache_dir)
     build_s = time.perf_counter() - t0
-    cpu_model, dev_model = load(model_dir, "cpu", ncpu), load(model_dir, device, ncpu)
+    cpu_model, dev_model = auto_model(model_dir, "cpu", ncpu), auto_model(model_dir, device, ncpu)
     params = sum(p.numel() for p in cpu_model.model.parameters())
     print(f"SeacoParaformer ({size}): {params / 1e6:.1f}M parameters, random weights, "
           f"{ncpu} threads; model dir ready in {build_s:.1f} s", flush=True)
@@ -102,22 +84,20 @@ def main():
                    "emulated+shim": dmlshim.activate},
             repeats=repeats, warmup=1)
         dmlshim.activate()
-        wall, ops, result = shim_pass(dev_model, audio, hotword)
+        wall, report, result = timing.traced(run(dev_model))
         dmlshim.deactivate()
         reference = cpu_model.generate(audio, hotword=hotword)
         same = [r["text"] for r in result] == [r["text"] for r in reference] and \
             [r.get("timestamp") for r in result] == [r.get("timestamp") for r in reference]
-        shim_s = sum(r["seconds"] for r in ops)
-        h2d, d2h = sum(r["h2d"] for r in ops), sum(r["d2h"] for r in ops)
-        note = (f"shim {100 * shim_s / wall:.0f}% of {wall:.2f} s, "
-                f"{(h2d + d2h) / 2**20:.2f} MiB moved, {'identical' if same else 'DIFFERENT'}")
+        totals = timing.shim_totals(wall, report.rows)
+        note = (f"shim {100 * totals['shim_share']:.0f}% of {wall:.2f} s, "
+                f"{(totals['bytes_h2d'] + totals['bytes_d2h']) / 2**20:.2f} MiB moved, "
+                f"{'identical' if same else 'DIFFERENT'}")
         all_rows += timing.rows(case, timings, baseline="cpu", note=note)
-        top = sorted(ops, key=lambda r: r["seconds"], reverse=True)[:8]
+        top = sorted(report.rows, key=lambda r: r["seconds"], reverse=True)[:8]
         extra["cases"][case] = {
             "audio_s": len(audio) / 16000, "hotwords": hotword, "identical_to_cpu": same,
-            "traced_wall_s": wall, "shim_seconds": shim_s, "shim_share": shim_s / wall,
-            "bytes_h2d": h2d, "bytes_d2h": d2h, "intercepted_calls": sum(r["calls"] for r in ops),
-            "top_ops": top}
+            **totals, "top_ops": top}
         print(f"{case}: {note}; top ops: "
               + ", ".join(f"{r['op']} {r['calls']}x {r['seconds'] * 1e3:.1f} ms" for r in top[:4]),
               flush=True)

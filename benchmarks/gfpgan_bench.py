@@ -19,8 +19,8 @@ One extra traced pass reads ``dmlshim.report()``: the share of the forward's wal
 spent inside shim wrappers and the bytes it copied; it also checks that the device's
 output equals the CPU's for the same seed.
 """
+import copy
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -43,20 +43,6 @@ def face_crop(size):
     return (x / 255.0 - 0.5).div(0.5).unsqueeze(0)
 
 
-def traced_pass(model, x, seed):
-    """One forward on the device with fresh stats: wall seconds, report rows, output."""
-    import dmlshim
-    from dmlshim import trace
-
-    trace.reset()
-    torch.manual_seed(seed)
-    start = time.perf_counter()
-    with torch.no_grad():
-        out = model(x, return_rgb=False)[0]
-    wall = time.perf_counter() - start
-    return wall, dmlshim.report().rows, out.cpu()
-
-
 def main():
     parser = timing.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
@@ -77,9 +63,7 @@ def main():
     import gfpgan_models
     torch.manual_seed(0)
     cpu_model = gfpgan_models.gfpgan_net(size)
-    dev_model = gfpgan_models.gfpgan_net(size)
-    dev_model.load_state_dict(cpu_model.state_dict())
-    dev_model.to(device)
+    dev_model = copy.deepcopy(cpu_model).to(device)
     dmlshim.deactivate()
     params = sum(p.numel() for p in cpu_model.parameters())
     x_cpu = face_crop(size)
@@ -90,7 +74,7 @@ def main():
     def forward(model, x):
         def run():
             with torch.no_grad():
-                model(x, return_rgb=False)
+                return model(x, return_rgb=False)[0]
         return run
 
     timings = timing.measure(
@@ -101,25 +85,22 @@ def main():
         repeats=repeats, warmup=1)
 
     dmlshim.activate()
-    wall, ops, out = traced_pass(dev_model, x_dev, seed=1)
+    torch.manual_seed(1)
+    wall, report, out = timing.traced(forward(dev_model, x_dev))
     dmlshim.deactivate()
     torch.manual_seed(1)
-    with torch.no_grad():
-        reference = cpu_model(x_cpu, return_rgb=False)[0]
-    same = torch.equal(out, reference)
-    shim_s = sum(r["seconds"] for r in ops)
-    h2d, d2h = sum(r["h2d"] for r in ops), sum(r["d2h"] for r in ops)
+    reference = forward(cpu_model, x_cpu)()
+    same = torch.equal(out.cpu(), reference)
+    ops, totals = report.rows, timing.shim_totals(wall, report.rows)
     added = timings["emulated+shim"].median_s - timings["emulated"].median_s
-    note = (f"shim {100 * shim_s / wall:.1f}% of {wall:.2f} s (traced), "
-            f"{(h2d + d2h) / 2**20:.2f} MiB moved, {'identical' if same else 'DIFFERENT'} to CPU")
+    note = (f"shim {100 * totals['shim_share']:.1f}% of {wall:.2f} s (traced), "
+            f"{(totals['bytes_h2d'] + totals['bytes_d2h']) / 2**20:.2f} MiB moved, "
+            f"{'identical' if same else 'DIFFERENT'} to CPU")
     case = f"forward {size}x{size}"
     rows = timing.rows(case, timings, baseline="cpu", note=note)
     extra = {"model": "GFPGANv1Clean", "out_size": size, "parameters": params, "threads": args.threads,
-             "identical_to_cpu": same, "traced_wall_s": wall, "shim_seconds": shim_s,
-             "shim_share": shim_s / wall, "shim_added_median_s": added,
-             "shim_added_share": added / timings["emulated+shim"].median_s,
-             "bytes_h2d": h2d, "bytes_d2h": d2h,
-             "intercepted_calls": sum(r["calls"] for r in ops), "ops": ops}
+             "identical_to_cpu": same, **totals, "shim_added_median_s": added,
+             "shim_added_share": added / timings["emulated+shim"].median_s, "ops": ops}
     print(f"{case}: {note}; emulated+shim - emulated = {added * 1e3:+.1f} ms "
           f"({100 * extra['shim_added_share']:+.1f}% of emulated+shim median); ops: "
           + ", ".join(f"{r['op']} {r['calls']}x {r['seconds'] * 1e3:.1f} ms" for r in ops[:4]),

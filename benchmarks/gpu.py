@@ -178,14 +178,13 @@ def audio(seconds):
 
 def paraformer_rows(b):
     """AutoModel.generate latency and throughput: CPU, native, shim, shim + decomposed LSTM."""
-    from funasr import AutoModel
+    from funasr_models import auto_model
 
     size = "tiny" if b.dry_run else "real"
     ncpu = os.cpu_count()
 
     def load(device):
-        return AutoModel(model=b.model_dir, device=str(device), ncpu=ncpu,
-                         disable_update=True, disable_pbar=True, disable_log=True)
+        return auto_model(b.model_dir, device, ncpu, disable_log=True)
 
     models = {"cpu": load("cpu"), "dev": load(b.device), "decomposed": load(b.device)}
     names = {"cpu": "cpu", "native": f"{b.dev} native", "shim": f"{b.dev}+shim",
@@ -237,13 +236,11 @@ def shim_report(b, run_shim, case_rows):
     """dmlshim.report() for one shim run of the last latency case, and the shim's share of it."""
     b.shim(True)()
     run_shim()  # fills the CPU weight cache: the report shows the steady state
-    dmlshim.trace.reset()
-    run_shim()
-    report = dmlshim.report().to_dict()
+    wall, report, _ = timing.traced(run_shim)
     b.shim(False)()
     median = next((r["median_s"] for r in case_rows if r["variant"].endswith("+shim")), None)
-    inside = sum(op["seconds"] for op in report["ops"])
-    return {"shim_report_one_run": report,
+    inside = timing.shim_totals(wall, report.rows)["shim_seconds"]
+    return {"shim_report_one_run": report.to_dict(),
             "shim_seconds_one_run": inside,
             "shim_share_of_median": inside / median if median else None}
 

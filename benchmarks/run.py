@@ -73,12 +73,10 @@ def run_one(name, path, quick, timeout):
 
 def markdown(rows):
     """Rows as a GitHub Markdown table (for the README)."""
-    lines = ["| benchmark | case | variant | min | median | ratio | note |", "|---" * 7 + "|"]
-    for r in rows:
-        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-        lines.append(f"| {r['benchmark']} | {r['case']} | {r['variant']} | {timing.seconds(r['min_s'])} "
-                     f"| {timing.seconds(r['median_s'])} | {ratio} | {r.get('note', '')} |")
-    return "\n".join(lines)
+    def line(cells):
+        return "| " + " | ".join(map(str, cells)) + " |"
+    return "\n".join([line(timing.COLUMNS), "|---" * len(timing.COLUMNS) + "|",
+                      *(line(timing.cells(r)) for r in rows)])
 
 
 def main():

@@ -105,14 +105,10 @@ def decision_cost(dev, quick):
     rows = []
     number = 2000 if quick else 20000
     for case, (select, call, method) in cases.items():
-        if method:
-            owner = type("Owner", (Method,), {})
-            _wrap.PatchSet("bench").intercept(ctx, owner, "op", lambda *a: None, op="x", select=select)
-            bare, wrapped = (lambda: call(Method.op)), (lambda: call(owner.op))
-        else:
-            owner = SimpleNamespace(op=noop)
-            _wrap.PatchSet("bench").intercept(ctx, owner, "op", lambda *a: None, op="x", select=select)
-            bare, wrapped = (lambda: call(noop)), (lambda: call(owner.op))
+        owner = type("Owner", (Method,), {}) if method else SimpleNamespace(op=noop)
+        original = Method.op if method else noop
+        _wrap.PatchSet("bench").intercept(ctx, owner, "op", lambda *a: None, op="x", select=select)
+        bare, wrapped = (lambda: call(original)), (lambda: call(owner.op))
         t = timing.measure({"no-op original": bare, "wrapped no-op": wrapped},
                            repeats=5 if quick else 15, number=number)
         added = (t["wrapped no-op"].min_s - t["no-op original"].min_s) * 1e6

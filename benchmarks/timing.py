@@ -6,6 +6,7 @@ them all alike: compare ratios, not absolute times. Times are seconds per call.
 import argparse
 import json
 import statistics
+import time
 import timeit
 from dataclasses import dataclass
 
@@ -39,6 +40,34 @@ def measure(funcs, *, repeats=15, warmup=2, number=1, setup=None):
     return {name: Timing(min(s), statistics.median(s), repeats) for name, s in samples.items()}
 
 
+def traced(fn):
+    """Run ``fn()`` once with fresh dmlshim stats: ``(wall_s, dmlshim.report(), fn's result)``.
+
+    The shim must already be active; dmlshim is imported here so that scripts which
+    never trace need not import it.
+    """
+    import dmlshim
+
+    dmlshim.trace.reset()
+    start = time.perf_counter()
+    result = fn()
+    wall_s = time.perf_counter() - start
+    return wall_s, dmlshim.report(), result
+
+
+def shim_totals(wall_s, rows):
+    """JSON ``extra`` totals of one traced run: ``rows`` from ``dmlshim.report().rows``.
+
+    ``shim_seconds`` is the time inside shim wrappers (including the CPU work of
+    what they send to the CPU and the copies), ``shim_share`` its fraction of
+    ``wall_s``; bytes copied host->device and device->host; intercepted calls.
+    """
+    shim_s = sum(r["seconds"] for r in rows)
+    return {"traced_wall_s": wall_s, "shim_seconds": shim_s, "shim_share": shim_s / wall_s,
+            "bytes_h2d": sum(r["h2d"] for r in rows), "bytes_d2h": sum(r["d2h"] for r in rows),
+            "intercepted_calls": sum(r["calls"] for r in rows)}
+
+
 def rows(case, timings, baseline=None, note=""):
     """CONTRACT rows for one case; ratio = median / the ``baseline`` variant's median."""
     base = timings[baseline].median_s if baseline else None
@@ -60,16 +89,23 @@ def seconds(s):
             return f"{s / scale:.3g} {unit}"
 
 
+COLUMNS = ("benchmark", "case", "variant", "min", "median", "ratio", "note")
+
+
+def cells(row):
+    """One row's table cells, in COLUMNS order: times as ``seconds()``, ratio as '1.23x'."""
+    return [row.get("benchmark", ""), row["case"], row["variant"], seconds(row["min_s"]),
+            seconds(row["median_s"]), "" if row["ratio"] is None else f"{row['ratio']:.2f}x",
+            row.get("note", "")]
+
+
 def format_table(rows):
     """Rows (with an optional "benchmark" key) as an aligned plain-text table."""
-    cols = (["benchmark"] if any("benchmark" in r for r in rows) else []) + [
-        "case", "variant", "min", "median", "ratio", "note"]
-    cells = [[r.get("benchmark", ""), r["case"], r["variant"], seconds(r["min_s"]),
-              seconds(r["median_s"]), "" if r["ratio"] is None else f"{r['ratio']:.2f}x",
-              r.get("note", "")][-len(cols):] for r in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(cols, *cells)]
+    cols = list(COLUMNS if any("benchmark" in r for r in rows) else COLUMNS[1:])
+    table = [cells(r)[-len(cols):] for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(cols, *table)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip()
-             for line in [cols, ["-" * w for w in widths], *cells]]
+             for line in [cols, ["-" * w for w in widths], *table]]
     return "\n".join(lines)
 
 

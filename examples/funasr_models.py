@@ -27,7 +27,7 @@ Usage::
 
     from funasr_models import build
     model_dir = build("seaco")                     # cached under ~/.cache/dmlshim/funasr
-    AutoModel(model=str(model_dir), disable_update=True, device="cpu", ncpu=2)
+    model = auto_model(model_dir, "cpu", ncpu=2)   # funasr.AutoModel, quiet
 """
 import argparse
 import copy
@@ -67,9 +67,9 @@ def _sample_tokens():
     return list(dict.fromkeys(tokens))  # de-duplicated, order kept
 
 
-def _token_list(size, *, specials=_SPECIALS):
+def _token_list(size):
     """Specials, sample tokens, CJK characters as filler, ``<unk>`` last: ``_VOCAB[size]`` tokens."""
-    tokens = list(dict.fromkeys(specials + _sample_tokens()))
+    tokens = list(dict.fromkeys(_SPECIALS + _sample_tokens()))
     seen = set(tokens)
     code = 0x4E00
     while len(tokens) < _VOCAB[size] - 1:
@@ -166,7 +166,7 @@ def _vad_config():
     }
 
 
-def _punc_config(size, vocab_size):
+def _punc_config(size):
     """ct-punc's layout; the real model's 471067-word vocabulary is not reproduced."""
     tiny = size == "tiny"
     d = 32 if tiny else 256
@@ -212,8 +212,7 @@ def model_config(kind, size="tiny"):
     if kind == "vad":
         return _vad_config(), None, 400  # 80 mel x lfr_m 5
     if kind == "punc":
-        tokens = _token_list("tiny", specials=["<blank>", "<s>", "</s>"])
-        return _punc_config(size, len(tokens)), tokens, None
+        return _punc_config(size), _token_list("tiny"), None
     tokens = _token_list(size)
     return _asr_config(kind, size, len(tokens)), tokens, 560  # 80 mel x lfr_m 7
 
@@ -300,6 +299,19 @@ def build(kind, size="tiny", cache_dir=None, seed=0):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return model_dir
+
+
+def auto_model(model_dir, device, ncpu, **kw):
+    """``funasr.AutoModel`` for ``model_dir`` (a directory or hub name) on ``device``, quiet.
+
+    ``ncpu``: torch CPU threads (AutoModel calls ``torch.set_num_threads``). No update
+    check, progress bar or info logging; ``**kw`` goes to AutoModel and overrides
+    these (e.g. ``vad_model=...``, ``disable_log=True`` in place of ``log_level``).
+    """
+    from funasr import AutoModel
+
+    options = {"disable_update": True, "disable_pbar": True, "log_level": "ERROR", **kw}
+    return AutoModel(model=str(model_dir), device=str(device), ncpu=ncpu, **options)
 
 
 def main(argv=None):

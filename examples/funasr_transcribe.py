@@ -95,11 +95,10 @@ def resolve_models(args):
 
 
 def load(models, device, ncpu):
-    from funasr import AutoModel
+    from funasr_models import auto_model
 
     model, vad, punc, _ = models
-    return AutoModel(model=model, vad_model=vad, punc_model=punc, device=str(device),
-                     ncpu=ncpu, disable_update=True, disable_pbar=True, log_level="ERROR")
+    return auto_model(model, device, ncpu, vad_model=vad, punc_model=punc)
 
 
 def transcribe(auto_model, paths, hotword, desc):
