@@ -62,19 +62,26 @@ def shim():
     dmlshim.deactivate()
 
 
+@pytest.fixture
+def default_shim():
+    """dmlshim active as users get it: ``activate()`` with no arguments (the DMLSHIM_*
+    environment, else fallback "auto"), fresh stats; deactivated afterwards."""
+    import dmlshim
+
+    dmlshim.deactivate()
+    dmlshim.activate()
+    dmlshim.trace.reset()
+    yield
+    dmlshim.deactivate()
+
+
 # --- FunASR (owner: FUNASR helper) -------------------------------------------------
 @pytest.fixture(scope="session")
 def funasr_model_dir(tmp_path_factory):
     """``kind -> pathlib.Path``: a tiny random-weight FunASR model directory
     (config.yaml, model.pt, tokens.json, am.mvn) built once per session with funasr's
     own classes by examples/funasr_models.py. Kinds: paraformer, bicif, seaco, vad, punc."""
-    import sys
-    from pathlib import Path
-
-    examples = str(Path(__file__).resolve().parent.parent / "examples")
-    if examples not in sys.path:
-        sys.path.insert(0, examples)
-    import funasr_models
+    import funasr_models  # examples/ is on sys.path: see the end of this file
 
     cache = tmp_path_factory.mktemp("funasr_models")
     return lambda kind: funasr_models.build(kind, cache_dir=cache)

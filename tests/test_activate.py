@@ -78,19 +78,7 @@ def test_fallback_off_only_observes(dml_device):
     assert rows == {"torch.cat": {"error": 1}, "Tensor.__mul__": {"pass": 1}}   # but traced
 
 
-@pytest.mark.parametrize("var, value, allowed", [
-    ("DMLSHIM_FALLBACK", "sometimes", "auto, known, off"),
-    ("DMLSHIM_TRACE", "/no/such/folder/trace.jsonl", "0, 1 or a"),
-    ("DMLSHIM_TRACE", "yes", "0, 1 or a file path"),
-    ("DMLSHIM_DEVICE", "gpu", "auto, directml"),
-    ("INFERENCE_DEVICE", "cuda:x", "auto, directml"),
-])
-def test_bad_environment_values_name_the_variable(monkeypatch, var, value, allowed):
-    monkeypatch.setenv(var, value)
-    with pytest.raises(ValueError) as info:
-        dmlshim.activate()
-    assert var in str(info.value) and allowed in str(info.value) and repr(value) in str(info.value)
-    assert not dmlshim.is_active()
+# Bad environment values: test_reliability.test_bad_environment_values (issue 6 suite).
 
 
 @pytest.mark.parametrize("kwargs", [{"fallback": "maybe"}, {"trace": 2.5}, {"target": "cpu"},

@@ -53,13 +53,10 @@ def test_has_float64_support(dml_device):
 @pytest.mark.emulated_only
 def test_has_float64_support_follows_the_emulator(dml_device):
     from dmlshim import emulation
-    try:
-        emulation.configure(has_float64_support=False)
+    with emulation.configured(has_float64_support=False):
         assert devices.has_float64_support(dml_device) is False
-        emulation.configure(has_float64_support=True)
+    with emulation.configured(has_float64_support=True):
         assert devices.has_float64_support(dml_device) is True
-    finally:
-        emulation.configure()
 
 
 def test_info_command():

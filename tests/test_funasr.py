@@ -11,7 +11,6 @@ float64 cumsum: paraformer/cif_predictor.py:835; float x bool: the SANM masks
 (sanm/attention.py:229, 238).
 """
 import contextlib
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,12 @@ from torch.testing import assert_close
 import dmlshim
 from dmlshim import patches, trace
 
-from funasr import AutoModel  # the funasr extra: `make test` installs it
+# the funasr extra (`make test` installs it); examples/ is on sys.path (conftest.py)
 from funasr.models.transformer.utils.nets_utils import pad_list
 from funasr.utils.load_utils import extract_fbank, load_audio_text_image_video
+
+import funasr_models
+import funasr_transcribe
 
 AUDIO = Path(__file__).resolve().parent.parent / "examples" / "data" / "zh.wav"
 # With the seed-0 tiny weights, the English sample's CIF token count is 44.40: 44 fires
@@ -35,8 +37,7 @@ ASR_KINDS = ("paraformer", "bicif", "seaco")
 
 
 def auto_model(model_dir, device, **kwargs):
-    return AutoModel(model=str(model_dir), device=str(device), ncpu=1, disable_update=True,
-                     disable_pbar=True, log_level="ERROR", **kwargs)
+    return funasr_models.auto_model(model_dir, device, 1, **kwargs)  # ncpu 1: see below
 
 
 def transcribe(model, hotword=None, audio=(AUDIO, EN_AUDIO)):
@@ -77,15 +78,6 @@ def cpu_reference(funasr_model_dir):
                            "encoder": encode(model, "cpu")}
         return cache[kind]
     return get
-
-
-@pytest.fixture
-def shim():
-    """dmlshim active with fresh stats; deactivated afterwards."""
-    dmlshim.activate()
-    trace.reset()
-    yield
-    dmlshim.deactivate()
 
 
 @contextlib.contextmanager
@@ -182,7 +174,7 @@ def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device):
 # ---------------------------------------------------------------- with the shim
 
 @pytest.mark.parametrize("kind", ASR_KINDS)
-def test_shim_matches_cpu_exactly(kind, funasr_model_dir, dml_device, cpu_reference, shim):
+def test_shim_matches_cpu_exactly(kind, funasr_model_dir, dml_device, cpu_reference, default_shim):
     """Text, timestamps and encoder output on the device equal the CPU run, bit for bit."""
     model = auto_model(funasr_model_dir(kind), dml_device)
     ref = cpu_reference(kind)
@@ -195,7 +187,7 @@ def test_shim_matches_cpu_exactly(kind, funasr_model_dir, dml_device, cpu_refere
     assert torch.equal(lens, ref["encoder"][1])
 
 
-def test_report_shows_the_interceptions(funasr_model_dir, dml_device, shim):
+def test_report_shows_the_interceptions(funasr_model_dir, dml_device, default_shim):
     """report(): the LSTMs and cat/mul/float64 fixes were intercepted, bytes were moved."""
     transcribe(auto_model(funasr_model_dir("seaco"), dml_device), HOTWORDS)
     transcribe(auto_model(funasr_model_dir("paraformer"), dml_device))
@@ -215,7 +207,7 @@ def test_report_shows_the_interceptions(funasr_model_dir, dml_device, shim):
     assert "calls" in str(dmlshim.report())
 
 
-def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, shim):
+def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim):
     """FSMN-VAD + SeACo-Paraformer + CT-Transformer punctuation: device == CPU."""
     dirs = {k: str(funasr_model_dir(k)) for k in ("seaco", "vad", "punc")}
 
@@ -230,17 +222,8 @@ def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, shim):
     assert text.strip() and len(stamps) > 0
 
 
-def load_example():
-    path = AUDIO.parent.parent / "funasr_transcribe.py"
-    spec = importlib.util.spec_from_file_location("funasr_transcribe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device):
     """examples/funasr_transcribe.py (what `make demo` runs), on one file."""
-    funasr_transcribe = load_example()
     try:
         status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
                                          "--hotword", HOTWORDS, "--ncpu", "1",
@@ -256,7 +239,6 @@ def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device):
 def test_example_script_exits_1_when_the_device_differs(tmp_path, capsys, dml_device,
                                                        monkeypatch):
     """--compare-cpu turns any difference in text or timestamps into exit status 1."""
-    funasr_transcribe = load_example()
     real = funasr_transcribe.transcribe
 
     def transcribe(model, paths, hotword, desc):

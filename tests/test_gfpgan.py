@@ -17,11 +17,9 @@ import torch
 import dmlshim
 from dmlshim import emulation, patches
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-if str(EXAMPLES) not in sys.path:
-    sys.path.insert(0, str(EXAMPLES))
-import gfpgan_models  # noqa: E402  (imports no third-party library at its top)
+import gfpgan_models  # examples/, on sys.path via conftest.py; no third-party import at its top
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PHOTO = EXAMPLES / "data" / "astronaut.jpg"
 
 # torch-directml's own normal_ kernel (0.2.5: native, failure_modes.md #33/#39) draws
@@ -45,14 +43,6 @@ NORMAL_RULES = {
 OUT_OF_MEMORY = emulation.Rule(
     "convolution_overrideable", message="Could not allocate tensor with 134217728 bytes. "
     "There is not enough GPU video memory available!", source="failure_modes.md #26")
-
-
-@pytest.fixture
-def shim():
-    dmlshim.deactivate()
-    dmlshim.activate()
-    yield
-    dmlshim.deactivate()
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +106,7 @@ def noise_calls():
     return sum(r["calls"] for r in dmlshim.report().rows if r["op"] == "StyleConv.noise")
 
 
-def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, shim):
+def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, default_shim):
     before = noise_calls()
     device_out, cpu_out = forward_both(dml_device)
     assert_all_equal(device_out, cpu_out)
@@ -169,7 +159,7 @@ def enhance(restorer, image, seed=0, **kwargs):
     return restorer.enhance(image, **kwargs)
 
 
-def test_enhance_detect_align_restore_paste_equals_cpu(restorers, dml_device, shim):
+def test_enhance_detect_align_restore_paste_equals_cpu(restorers, dml_device, default_shim):
     import cv2
 
     image = cv2.imread(str(PHOTO))

@@ -14,13 +14,9 @@ exact = dict(rtol=0, atol=0)
 
 
 @pytest.fixture
-def shim(monkeypatch):
+def shim(shim, monkeypatch):
+    """conftest's ``shim``, with the once-per-process float64 warning not yet given."""
     monkeypatch.setattr(dtypes_patch, "_warned_float64", False)
-    dmlshim.deactivate()
-    dmlshim.activate(fallback="known", trace=0)
-    dmlshim.trace.reset()
-    yield
-    dmlshim.deactivate()
 
 
 @pytest.fixture
@@ -32,9 +28,8 @@ def no_float64(dml_device):
 @pytest.fixture
 def emulated_float64(dml_device):
     from dmlshim import emulation
-    emulation.configure(has_float64_support=True)
-    yield
-    emulation.configure()
+    with emulation.configured(has_float64_support=True):
+        yield
 
 
 def test_without_shim_float64_math_fails(dml_device, no_float64):

@@ -12,14 +12,6 @@ exact = dict(rtol=0, atol=0)
 
 
 @pytest.fixture
-def shim():
-    dmlshim.deactivate()
-    dmlshim.activate(fallback="known", trace=0)
-    yield
-    dmlshim.deactivate()
-
-
-@pytest.fixture
 def data(dml_device):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 5, generator=g)

@@ -219,25 +219,31 @@ def test_activate_without_torch_directml(tmp_path):
 
 # ----------------------------------------------------------------------------- bad environment
 
-@pytest.mark.parametrize("var,value", [
-    ("DMLSHIM_FALLBACK", "sometimes"),
-    ("DMLSHIM_FALLBACK", "1"),
-    ("DMLSHIM_TRACE", "/nonexistent-folder/trace.jsonl"),
-    ("DMLSHIM_TRACE", "."),                                    # a folder, not a file
-    ("DMLSHIM_DEVICE", "gpu"),
-    ("DMLSHIM_DEVICE", "cuda:x"),
-    ("DMLSHIM_DEVICE", "auto:1"),
-    ("INFERENCE_DEVICE", "tpu"),
-    ("DMLSHIM_CODEPAGE", "klingon"),
-    ("DMLSHIM_CODEPAGE", "99999"),
+@pytest.mark.parametrize("var, value, allowed", [
+    ("DMLSHIM_FALLBACK", "sometimes", "auto, known, off"),
+    ("DMLSHIM_FALLBACK", "1", "auto, known, off"),
+    ("DMLSHIM_TRACE", "/nonexistent-folder/trace.jsonl", "0, 1 or a"),
+    ("DMLSHIM_TRACE", "/no/such/folder/trace.jsonl", "0, 1 or a"),
+    ("DMLSHIM_TRACE", "yes", "0, 1 or a file path"),
+    ("DMLSHIM_TRACE", ".", "0, 1 or a"),                       # a folder, not a file
+    ("DMLSHIM_DEVICE", "gpu", "auto, directml"),
+    ("DMLSHIM_DEVICE", "cuda:x", "auto, directml"),
+    ("DMLSHIM_DEVICE", "auto:1", "auto, directml"),
+    ("INFERENCE_DEVICE", "tpu", "auto, directml"),
+    ("INFERENCE_DEVICE", "cuda:x", "auto, directml"),
+    ("DMLSHIM_CODEPAGE", "klingon", "a Windows code page number"),
+    ("DMLSHIM_CODEPAGE", "99999", "a Windows code page number"),
 ])
-def test_bad_environment_values(monkeypatch, var, value):
+def test_bad_environment_values(monkeypatch, var, value, allowed):
+    """activate() raises ValueError naming the variable, its value and what is allowed."""
     for name in ("DMLSHIM_FALLBACK", "DMLSHIM_TRACE", "DMLSHIM_DEVICE", "INFERENCE_DEVICE",
                  "DMLSHIM_CODEPAGE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(var, value)
-    with pytest.raises(ValueError, match=rf"{var}=.*allowed"):
+    with pytest.raises(ValueError, match=rf"{var}=.*allowed") as info:
         dmlshim.activate()
+    message = str(info.value)
+    assert var in message and allowed in message and repr(value) in message
     assert not dmlshim.is_active()
 
 
