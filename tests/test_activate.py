@@ -144,7 +144,7 @@ def fake_library(tmp_path, monkeypatch):
 
     def install(ctx):
         patch_module.installs += 1
-        patch_set.wrap(f"{name}.core", "scale", lambda wrapped, inst, args, kw: wrapped(*args, **kw) + 1)
+        patch_set.wrap(ctx, f"{name}.core", "scale", lambda wrapped, inst, args, kw: wrapped(*args, **kw) + 1)
 
     patch_module.install = install
     patch_module.uninstall = patch_set.restore
