@@ -118,7 +118,12 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
             return x
         hit = copies.get(id(x))
         if hit is None:
-            cpu = x.to("cpu")
+            if torch.is_inference_mode_enabled():
+                # a normal tensor, so its version counter shows in-place/out= writes
+                with torch.inference_mode(False), torch.no_grad():
+                    cpu = x.to("cpu")
+            else:
+                cpu = x.to("cpu")
             d2h += trace.nbytes(x)
             hit = copies[id(x)] = (x, cpu, cpu._version)
         return hit[1]

@@ -107,3 +107,20 @@ def test_guard_is_per_thread():
         t.start()
         t.join()
     assert seen == [False]
+
+
+@pytest.mark.parametrize("inference_input", [False, True])
+def test_inplace_and_out_write_back_in_inference_mode(dml_device, counted, inference_input):
+    # Inference tensors have no version counter: the CPU copies must be normal tensors.
+    x = torch.randn(4)
+    with torch.inference_mode():
+        xd = x.to(dml_device) if inference_input else None
+    if xd is None:
+        xd = x.to(dml_device)
+    out = torch.empty(0, device=dml_device)
+    with torch.inference_mode():
+        got = counted(torch.Tensor.add_, (xd, 1.0))
+        counted(torch.mul, (xd, 2.0), {"out": out})
+    assert got is xd
+    assert_close(xd.cpu(), x + 1.0, **exact)
+    assert_close(out.cpu(), (x + 1.0) * 2.0, **exact)
