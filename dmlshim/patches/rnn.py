@@ -129,30 +129,17 @@ def _handler(name: str):
     def handle(func, args, kwargs):
         device = fallback.device_of(args, kwargs)
         slots = _weight_slots(name, args)
-        d2h = 0
-
-        def to_cpu(x):
-            nonlocal d2h
-            if isinstance(x, torch.Tensor) and not x.is_cpu:
-                d2h += trace.nbytes(x)
-                return x.to("cpu")
-            return x
-
-        with fallback.guard():
-            cpu_args = []
-            for i, a in enumerate(args):
-                if i in slots:
-                    a = ([cache.cpu(w) for w in a] if isinstance(a, (list, tuple))
-                         else (cache.cpu(a) if isinstance(a, torch.Tensor) else a))
-                else:
-                    a = fallback.tree_map(to_cpu, a)
-                cpu_args.append(a)
-            out = func(*cpu_args, **kwargs)
-            h2d = sum(trace.nbytes(t) for t in fallback.tensors_in(out))
-            out = fallback.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, out)
-        trace.moved(h2d=h2d, d2h=d2h)
-        return "cpu", out
+        with fallback.guard():                  # weights from the cache, the rest by run_on_cpu
+            args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
+        return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device)
     return handle
+
+
+def _cached(a):
+    """A weight argument (a tensor, a list of them, or None) with CPU copies from ``cache``."""
+    if isinstance(a, (list, tuple)):
+        return [cache.cpu(w) for w in a]
+    return cache.cpu(a) if isinstance(a, torch.Tensor) else a
 
 
 def install(ctx: Context) -> None:
