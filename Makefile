@@ -4,9 +4,13 @@
 PYTHON        ?= python3
 TORCH_VERSION ?= 2.13.0
 EXTRAS        ?= test,funasr,gfpgan,bench
-VENV          := .venv
+# One venv per torch lane: the default lane is .venv, others .venv-torch<version>.
+VENV          := $(if $(filter 2.13.0,$(TORCH_VERSION)),.venv,.venv-torch$(TORCH_VERSION))
 PY            := $(VENV)/bin/python
 PIP           := $(PY) -m pip
+# torchvision matching each torch lane (torch-directml 0.2.5 pins torch 2.4.1 + torchvision 0.19.1)
+TORCHVISION_2.4.1 := 0.19.1
+TORCHVISION   := $(TORCHVISION_$(TORCH_VERSION))
 STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
@@ -18,6 +22,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	echo "torch==$(TORCH_VERSION)" > $(VENV)/constraints.txt
+	$(if $(TORCHVISION),echo "torchvision==$(TORCHVISION)" >> $(VENV)/constraints.txt)
 	$(PIP) install --upgrade pip setuptools wheel
 	$(PIP) install "torch==$(TORCH_VERSION)"
 	$(PIP) install -e ".[$(EXTRAS)]"

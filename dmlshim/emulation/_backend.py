@@ -20,8 +20,7 @@ import math
 
 import torch
 
-from . import routing
-from ._tensors import cpu_alias, to_device
+from . import _compiled, _python_api, routing
 
 DEVICE_TYPE = "privateuseone"
 DEVICE = torch.device(DEVICE_TYPE, 0)
@@ -34,6 +33,9 @@ _ops = {}         # OpOverload -> _OpInfo
 _direct = set()   # ops given a direct PrivateUse1 kernel (faster than the boxed fallback)
 RUN = object()    # the policy's "compute normally" verdict
 policy = None     # set by register(): (info, args, kwargs) -> RUN | result, may raise
+binding = None    # set by register(): _python_api or _compiled
+# Zero-copy moves between the CPU and the device, the binding's own (set by register()).
+to_device = cpu_alias = None
 
 
 class _OpInfo:
@@ -170,18 +172,36 @@ def _register_direct(op):
     """Give ``op`` its own PrivateUse1 kernel, :func:`_kernel` bound to its info."""
     _direct.add(op)
     info = op_info(op)
-    _libraries[1].impl(info.name, functools.partial(_kernel, info), "PrivateUse1")
+    _libraries[-1].impl(info.name, functools.partial(_kernel, info), "PrivateUse1")
 
 
-def _fallback(op, *args, **kwargs):
-    # First call of an op: give it a direct kernel, which the dispatcher calls
-    # with less overhead than this boxed fallback.
+def _take_op(op):
+    """Give an aten op its direct kernel on its first call; whether it now has one."""
     if op not in _direct and op.namespace == "aten":
         try:
             _register_direct(op)
         except RuntimeError:
             pass  # some ops refuse Python kernels; the fallback keeps serving them
+    return op in _direct
+
+
+def _fallback(op, *args, **kwargs):
+    # The Python binding's boxed fallback. A direct kernel is called by the
+    # dispatcher with less overhead than this fallback.
+    _take_op(op)
     return _kernel(op_info(op), *args, **kwargs)
+
+
+def _take_op_by_name(name, overload):
+    # The compiled binding's first-call hook: ("aten::add", "Tensor") -> bool.
+    namespace, _, base = name.partition("::")
+    if namespace != "aten":
+        return False
+    try:
+        op = getattr(getattr(torch.ops.aten, base), overload or "default")
+    except AttributeError:
+        return False
+    return _take_op(op)
 
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None,
@@ -328,24 +348,6 @@ class _DeviceModule:
         return contextlib.nullcontext()
 
 
-def _patch_untyped_storage():
-    # There is no Python-registrable allocator: torch.UntypedStorage(n, device=dev)
-    # would dereference a null PrivateUse1 allocator and crash the process.
-    # torch.load(map_location=dev) goes through here.
-    original = torch.UntypedStorage.__new__
-
-    def __new__(cls, *args, device=None, **kwargs):
-        if device is None or torch.device(device).type != DEVICE_TYPE:
-            extra = {} if device is None else {"device": device}
-            return original(cls, *args, **extra, **kwargs)
-        if args and not isinstance(args[0], int):  # from a sequence of bytes
-            return original(cls, *args, **kwargs).to(device=torch.device(device))
-        nbytes = args[0] if args else 0
-        return torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
-
-    torch.UntypedStorage.__new__ = __new__
-
-
 def _ops_needing_direct_kernels():
     """Overloads that must get a PrivateUse1 kernel to be routed as in torch 2.4.1.
 
@@ -376,31 +378,24 @@ def _ops_needing_direct_kernels():
             yield op
 
 
-def register(policy_fn):
-    """Make ``privateuseone`` a Python backend and register the kernels (once)."""
-    global policy
-    policy = policy_fn
-    try:
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-    except ImportError:
-        # The shim itself supports torch 2.4.1 (torch-directml's pin); the emulator,
-        # a test and diagnostic tool, needs PyTorch's Python backend API.
-        raise RuntimeError(
-            f"dmlshim.emulation needs a torch with the Python PrivateUse1 backend API "
-            f"(torch.utils.backend_registration._setup_privateuseone_for_python_backend; "
-            f"tested on 2.13); this is torch {torch.__version__}. dmlshim.activate() works "
-            f"on this torch; only the emulated device does not.") from None
+def select_binding():
+    """The Python API binding where this torch has it (torch >= 2.5), else the compiled one."""
+    return _python_api if _python_api.available() else _compiled
 
-    # The same-name rename is required: without it backward() fails with
-    # "Cannot access accelerator device".
-    _setup_privateuseone_for_python_backend(rename=DEVICE_TYPE, backend_module=_DeviceModule())
-    _patch_untyped_storage()
-    fallback_lib = torch.library.Library("_", "IMPL")
-    fallback_lib.fallback(_fallback, dispatch_key="PrivateUse1")
-    # torch-directml registers no autocast kernels: autocast is a no-op (row #36).
-    fallback_lib.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
-    aten_lib = torch.library.Library("aten", "IMPL")
-    _libraries.extend([fallback_lib, aten_lib])
+
+def register(policy_fn):
+    """Make ``privateuseone`` the emulated device and register the kernels (once).
+
+    Raises:
+        RuntimeError: the compiled binding cannot be built (no C++ compiler or ninja).
+    """
+    global policy, binding, to_device, cpu_alias
+    policy = policy_fn
+    chosen = select_binding()
+    _libraries.extend(chosen.setup(DEVICE_TYPE, _DeviceModule(), _fallback, _take_op_by_name))
+    binding = chosen
+    to_device, cpu_alias = chosen.to_device, chosen.cpu_alias
+    _libraries.append(torch.library.Library("aten", "IMPL"))
     for name, fn in _HAND_WRITTEN.items():
         op = routing.aten_op(name)
         op_info(op).impl = fn

@@ -1,0 +1,87 @@
+"""The emulated device bound through a C++ extension (torch 2.4.1, torch-directml's pin).
+
+torch 2.4.1 has no Python PrivateUse1 backend API, so ``csrc/device.cpp``
+registers the allocator, hooks, device guard and a boxed fallback in C++, and
+gives zero-copy aliases between the CPU and the device (``at::from_blob``).
+The routing and quirk policy stays in Python: on an op's first call the C++
+fallback asks :func:`setup`'s ``take_op`` to register a Python kernel for it,
+then redispatches to that kernel.
+
+The extension is compiled on first use with ``torch.utils.cpp_extension``
+(about 30 s with g++ 12 and ninja) and cached under ``TORCH_EXTENSIONS_DIR``
+(default ``~/.cache/torch_extensions``), keyed by the source's hash.
+"""
+import functools
+import os
+import shutil
+import sys
+import sysconfig
+
+import torch
+
+NAME = "compiled"
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "device.cpp")
+
+
+def _missing_tools():
+    """What the build needs and this machine lacks (names, empty if nothing)."""
+    # ninja from pip lands next to the interpreter, which need not be on PATH.
+    scripts = sysconfig.get_path("scripts")
+    if scripts and scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    compiler = "cl" if sys.platform == "win32" else os.environ.get("CXX", "c++")
+    missing = []
+    if shutil.which(compiler) is None:
+        missing.append(f"a C++ compiler ({compiler!r} on PATH; MSVC Build Tools on Windows)")
+    if shutil.which("ninja") is None:
+        missing.append("ninja (pip install ninja)")
+    return missing
+
+
+@functools.lru_cache(maxsize=None)
+def extension():
+    """The compiled extension module (built on the first call, then cached).
+
+    Raises:
+        RuntimeError: no C++ compiler or no ninja on this machine, or the build failed.
+    """
+    missing = _missing_tools()
+    if missing:
+        raise RuntimeError(
+            f"dmlshim.emulation on torch {torch.__version__} builds a small C++ extension "
+            f"on first use (this torch has no Python PrivateUse1 backend API), and this "
+            f"machine lacks {' and '.join(missing)}. The shim itself (dmlshim.activate()) "
+            f"needs neither; only the emulated device does.")
+    from torch.utils import cpp_extension
+    tag = torch.__version__.split("+")[0].replace(".", "_")
+    return cpp_extension.load(name=f"dmlshim_emulation_torch{tag}", sources=[SOURCE],
+                              extra_cflags=["-O2"], verbose=False)
+
+
+_ext = None
+# Zero-copy moves, the extension's own functions once setup() has run (no
+# Python frame per move): to_device(cpu) -> device alias, cpu_alias(dev) -> CPU alias.
+to_device = cpu_alias = None
+
+
+def setup(device_type, device_module, fallback, take_op):
+    """Build and load the extension, then route every op's first call to ``take_op``.
+
+    Args:
+        device_type: the backend's name (``"privateuseone"``, torch's default).
+        device_module: what ``torch.privateuseone`` becomes.
+        fallback: unused here (the C++ fallback redispatches to per-op kernels).
+        take_op: ``(schema name, overload name) -> bool``: registers a Python
+            kernel for the op; ``False`` leaves it to ``at::native::cpu_fallback``.
+
+    Returns:
+        An empty list (the C++ registrations live as long as the process).
+    """
+    global _ext, to_device, cpu_alias
+    _ext = extension()
+    # The extension's functions themselves: no Python frame per move.
+    to_device, cpu_alias = _ext.to_device, _ext.cpu_alias
+    torch._register_device_module(device_type, device_module)
+    torch.utils.generate_methods_for_privateuse1_backend()
+    _ext.set_first_call_hook(take_op)
+    return []
