@@ -270,6 +270,22 @@ def test_rnn_tanh_runs_and_equals_cpu(dml_device):
 
 
 @emulated_only
+def test_routing_table_is_exact_on_torch_241(fresh):
+    """On torch-directml's own torch every aten overload has a row: no guesses."""
+    from dmlshim.emulation import routing
+
+    ops = {routing.op_name(n) for n in torch._C._dispatch_get_all_op_names()
+           if n.startswith("aten::")}
+    unknown = sorted(n for n in ops if routing.route(n) == routing.UNKNOWN)
+    if torch.__version__.startswith("2.4.1"):
+        assert unknown == [] and len(ops) == len(routing.table()) == 3127
+    else:
+        assert "_upsample_lanczos2d_aa" in unknown   # added after torch 2.4.1
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_upsample_lanczos2d_aa"),
+                    reason="torch 2.4.1 has no op outside the routing table "
+                           "(test_routing_table_is_exact_on_torch_241)")
 def test_unknown_ops_are_configurable(fresh):
     from dmlshim.emulation import routing
 

@@ -141,6 +141,12 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 
+// torch-directml registers no autocast kernels: autocast is a no-op
+// (failure_modes.md #36).
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("to_device", &to_device, "A device tensor aliasing a CPU tensor's memory (no copy)");
   m.def("cpu_alias", &cpu_alias, "A CPU tensor aliasing a device tensor's memory (no copy)");
