@@ -10,10 +10,19 @@ CPU copy). Variants are timed interleaved on one intra-op thread (the
 overhead is per call; thread scheduling noise would hide it); times are µs
 per call (min and median over repeats).
 
-Run: ``python benchmarks/emulation_overhead.py [--quick] [--json PATH]``.
+The device is bound to torch one of two ways (``dmlshim.emulation.binding()``):
+torch's Python PrivateUse1 API (torch >= 2.5) or a compiled C++ extension (the
+only way on torch 2.4.1). Where this torch has both, the script also runs itself
+once more in a subprocess with the other binding, so both appear, each against
+the CPU timed side by side in its own process.
+
+Run: ``python benchmarks/emulation_overhead.py [--quick] [--json PATH] [--binding B]``.
 """
+import json
 import os
+import subprocess
 import sys
+import tempfile
 
 import torch
 
@@ -42,21 +51,49 @@ def cases(dev):
     }
 
 
-def main():
-    args = timing.arg_parser(__doc__.splitlines()[0]).parse_args()
-    torch.set_num_threads(1)
-    dev = emulation.install()  # DirectML's default configuration
-    rows = []
+def measure_all(dev, binding, quick):
+    rows, variant = [], f"emulated ({binding})"
     for case, (cpu_fn, dev_fn, number) in cases(dev).items():
-        number = max(1, number // 10) if args.quick else number
-        t = timing.measure({"cpu": cpu_fn, "emulated": dev_fn},
-                           repeats=5 if args.quick else 15, number=number)
-        added = (t["emulated"].median_s - t["cpu"].median_s) * 1e6
-        note = f"{t['cpu'].median_s * 1e6:.2f} -> {t['emulated'].median_s * 1e6:.2f} us/call " \
+        number = max(1, number // 10) if quick else number
+        t = timing.measure({"cpu": cpu_fn, variant: dev_fn},
+                           repeats=5 if quick else 15, number=number)
+        added = (t[variant].median_s - t["cpu"].median_s) * 1e6
+        note = f"{t['cpu'].median_s * 1e6:.2f} -> {t[variant].median_s * 1e6:.2f} us/call " \
                f"(added {added:+.2f} us)"
         rows += timing.rows(case, t, baseline="cpu", note=note)
+    return rows
+
+
+def other_binding_rows(binding, quick):
+    """The same cases with the other binding, in a subprocess ([] where this torch lacks it)."""
+    other = "compiled" if binding == "python" else "python"
+    if other == "python" and not emulation._python_api.available():
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "other.json")
+        cmd = [sys.executable, __file__, "--binding", other, "--json", out] + \
+            (["--quick"] if quick else [])
+        subprocess.run(cmd, check=True, capture_output=True)
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)["rows"]
+
+
+def main():
+    parser = timing.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--binding", choices=["python", "compiled"],
+                        help="bind the device this way only (default: this torch's "
+                             "default binding, plus the other where this torch has both)")
+    args = parser.parse_args()
+    if args.binding:
+        os.environ["DMLSHIM_EMULATION_BINDING"] = args.binding
+    torch.set_num_threads(1)
+    dev = emulation.install()  # DirectML's default configuration
+    rows = measure_all(dev, emulation.binding(), args.quick)
+    if not args.binding:
+        rows += other_binding_rows(emulation.binding(), args.quick)
     timing.finish(args, "emulation_overhead", rows,
-                  extra={"torch": torch.__version__, "device": str(dev)})
+                  extra={"torch": torch.__version__, "device": str(dev),
+                         "binding": emulation.binding()})
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Parity tests run on any DirectML device (real or emulated); tests of the
 emulator's own machinery (rules, records, configure) are ``emulated_only``.
 """
 import io
+import os
 import warnings
 
 import pytest
@@ -34,6 +35,53 @@ def _fallback_warnings(record):
 def test_install_is_idempotent(dml_device):
     assert emulation.install() == dml_device == torch.device("privateuseone:0")
     assert emulation.is_installed()
+
+
+@emulated_only
+def test_binding_is_compiled_unless_forced(dml_device):
+    from dmlshim.emulation import _backend, _compiled, _python_api
+
+    forced = os.environ.get("DMLSHIM_EMULATION_BINDING")
+    assert emulation.binding() == (forced or "compiled")
+    assert _backend.binding is _backend.select_binding()
+    if not _python_api.available():
+        assert torch.__version__.startswith("2.4"), "torch >= 2.5 has the Python API"
+    assert _compiled.missing_tools() == []          # g++ and ninja: this suite's machine
+
+
+def test_binding_choice_and_bad_values(monkeypatch):
+    from dmlshim.emulation import _backend, _compiled, _python_api
+
+    monkeypatch.setenv("DMLSHIM_EMULATION_BINDING", "dlpack")
+    with pytest.raises(ValueError, match=r"DMLSHIM_EMULATION_BINDING='dlpack': allowed "
+                                         r"values are compiled, python"):
+        _backend.select_binding()
+    monkeypatch.setenv("DMLSHIM_EMULATION_BINDING", "Compiled")
+    assert _backend.select_binding() is _compiled
+    monkeypatch.delenv("DMLSHIM_EMULATION_BINDING")
+    # Without a toolchain: the Python API where torch has it, else the compiled
+    # binding, whose build then names what is missing.
+    monkeypatch.setattr(_compiled, "missing_tools", lambda: ["ninja (pip install ninja)"])
+    expected = _python_api if _python_api.available() else _compiled
+    assert _backend.select_binding() is expected
+    if not _python_api.available():
+        monkeypatch.setenv("DMLSHIM_EMULATION_BINDING", "python")
+        with pytest.raises(ValueError, match="has no Python PrivateUse1 backend API"):
+            _backend.select_binding()
+
+
+def test_missing_toolchain_is_named(monkeypatch):
+    from dmlshim.emulation import _compiled
+
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    monkeypatch.setattr("sysconfig.get_path", lambda name: "")
+    missing = _compiled.missing_tools()
+    assert missing == ["a C++ compiler ('no-such-compiler' on PATH; MSVC Build Tools on Windows)",
+                       "ninja (pip install ninja)"]
+    with pytest.raises(RuntimeError, match=r"builds a small C\+\+ extension .* lacks a C\+\+ "
+                                           r"compiler .* and ninja"):
+        _compiled.extension.__wrapped__()
 
 
 def test_round_trip_views_inplace_out(dml_device):

@@ -29,7 +29,7 @@ from .rules import FatalDirectMLError, Rule, default_rules
 
 __all__ = ["install", "is_installed", "configure", "configured", "Rule", "FatalDirectMLError",
            "default_rules", "has_float64_support", "records", "reset_records", "route",
-           "DEVICE"]
+           "DEVICE", "binding"]
 
 DEVICE = _backend.DEVICE
 _lock = threading.Lock()
@@ -54,6 +54,13 @@ def install() -> torch.device:
             _backend.register(_state.policy)
             _installed = True
     return _backend.DEVICE
+
+
+def binding() -> Optional[str]:
+    """How the device is bound to torch: ``"python"`` (torch's Python PrivateUse1
+    API, torch >= 2.5), ``"compiled"`` (a C++ extension: torch 2.4.1, or forced by
+    ``DMLSHIM_EMULATION_BINDING``), or ``None`` before :func:`install`."""
+    return _backend.binding.NAME if _backend.binding is not None else None
 
 
 def is_installed() -> bool:

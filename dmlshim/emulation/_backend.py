@@ -17,6 +17,7 @@ Arithmetic is therefore the CPU's own kernels, bit for bit.
 import contextlib
 import functools
 import math
+import os
 
 import torch
 
@@ -379,8 +380,31 @@ def _ops_needing_direct_kernels():
 
 
 def select_binding():
-    """The Python API binding where this torch has it (torch >= 2.5), else the compiled one."""
-    return _python_api if _python_api.available() else _compiled
+    """The compiled binding on every torch; the Python API one where it cannot be built.
+
+    The compiled binding is the only one torch 2.4.1 (torch-directml's pin) can
+    take, so every lane tests the users' path; it is also the faster one on
+    torch 2.13 (``benchmarks/emulation_overhead.py``: 64-element add +6.7 µs
+    against +9.6 µs). Without a C++ toolchain, torch >= 2.5 falls back to its
+    Python PrivateUse1 API. ``DMLSHIM_EMULATION_BINDING=python|compiled`` forces one.
+
+    Raises:
+        ValueError: a bad ``DMLSHIM_EMULATION_BINDING`` value, or ``python`` on a
+            torch without the Python backend API.
+    """
+    forced = os.environ.get("DMLSHIM_EMULATION_BINDING", "").strip().lower()
+    bindings = {b.NAME: b for b in (_compiled, _python_api)}
+    if forced and forced not in bindings:
+        raise ValueError(f"DMLSHIM_EMULATION_BINDING={forced!r}: allowed values are "
+                         f"{', '.join(bindings)}")
+    if forced == _python_api.NAME and not _python_api.available():
+        raise ValueError(f"DMLSHIM_EMULATION_BINDING=python: torch {torch.__version__} has no "
+                         f"Python PrivateUse1 backend API (torch >= 2.5 has it)")
+    if forced:
+        return bindings[forced]
+    if _compiled.missing_tools() and _python_api.available():
+        return _python_api
+    return _compiled  # raises a clear error at setup() if it cannot be built
 
 
 def register(policy_fn):

@@ -23,7 +23,7 @@ NAME = "compiled"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "device.cpp")
 
 
-def _missing_tools():
+def missing_tools():
     """What the build needs and this machine lacks (names, empty if nothing)."""
     # ninja from pip lands next to the interpreter, which need not be on PATH.
     scripts = sysconfig.get_path("scripts")
@@ -45,7 +45,7 @@ def extension():
     Raises:
         RuntimeError: no C++ compiler or no ninja on this machine, or the build failed.
     """
-    missing = _missing_tools()
+    missing = missing_tools()
     if missing:
         raise RuntimeError(
             f"dmlshim.emulation on torch {torch.__version__} builds a small C++ extension "
@@ -81,6 +81,9 @@ def setup(device_type, device_module, fallback, take_op):
     _ext = extension()
     # The extension's functions themselves: no Python frame per move.
     to_device, cpu_alias = _ext.to_device, _ext.cpu_alias
+    # The same-name rename marks the backend as registered: without it, newer
+    # torch's backward() fails with "Cannot access accelerator device".
+    torch.utils.rename_privateuse1_backend(device_type)
     torch._register_device_module(device_type, device_module)
     torch.utils.generate_methods_for_privateuse1_backend()
     _ext.set_first_call_hook(take_op)
