@@ -3,7 +3,8 @@
 Each ``benchmarks/<name>.py`` that takes ``--json`` runs in its own subprocess, so a
 crash or a leftover patch in one cannot spoil the others. Their rows are merged
 with the machine, date and torch version into one JSON file (default
-``benchmarks/results/latest.json``). Exit status 1 if any script failed.
+``benchmarks/results/latest-torch<version>.json``, one per torch lane). Exit status 1
+if any script failed.
 """
 import argparse
 import datetime
@@ -84,12 +85,14 @@ def main():
     parser.add_argument("--quick", action="store_true", help="pass --quick to every script")
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="run only this benchmark (repeatable; 'gpu' must be named)")
-    parser.add_argument("--json", default=str(HERE / "results" / "latest.json"), metavar="PATH")
+    parser.add_argument("--json", metavar="PATH",
+                        help="default: benchmarks/results/latest-torch<version>.json, one per torch lane")
     parser.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per script")
     args = parser.parse_args()
 
     selected, info, results = scripts(args.only), machine(), []
+    args.json = args.json or str(HERE / "results" / f"latest-torch{info['torch'].split('+')[0]}.json")
     print(f"{info['cpu']}, {info['cores']} cores | torch {info['torch']} | {info['date']}")
     for name, path in selected.items():
         print(f"{name} ...", end=" ", flush=True)

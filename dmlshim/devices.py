@@ -129,8 +129,8 @@ def directml_adapters() -> List[Dict[str, Any]]:
     if dml is None:
         if _emulation() is None:
             return []
-        return [{"index": 0, "name": "emulated DirectML (dmlshim.emulation)",
-                 "float64": has_float64_support("privateuseone:0")}]
+        name = f"emulated DirectML (dmlshim.emulation, {_emulation().binding()} binding)"
+        return [{"index": 0, "name": name, "float64": has_float64_support("privateuseone:0")}]
     if not available("directml"):
         return []
     adapters = []

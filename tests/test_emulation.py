@@ -5,6 +5,7 @@ emulator's own machinery (rules, records, configure) are ``emulated_only``.
 """
 import io
 import os
+import sys
 import warnings
 
 import pytest
@@ -76,8 +77,9 @@ def test_missing_toolchain_is_named(monkeypatch):
     monkeypatch.setenv("PATH", "")
     monkeypatch.setenv("CXX", "no-such-compiler")
     monkeypatch.setattr("sysconfig.get_path", lambda name: "")
+    compiler = "cl" if sys.platform == "win32" else "no-such-compiler"   # MSVC: always cl
     missing = _compiled.missing_tools()
-    assert missing == ["a C++ compiler ('no-such-compiler' on PATH; MSVC Build Tools on Windows)",
+    assert missing == [f"a C++ compiler ('{compiler}' on PATH; MSVC Build Tools on Windows)",
                        "ninja (pip install ninja)"]
     with pytest.raises(RuntimeError, match=r"builds a small C\+\+ extension .* lacks a C\+\+ "
                                            r"compiler .* and ninja"):

@@ -8,6 +8,8 @@ dispatcher routes it (``data/dml_op_routing_torch241.tsv``): native, CPU
 fallback with torch-directml's warning, or ``NotImplementedError``; DirectML's
 known quirks are :class:`Rule` objects (see :mod:`.rules`). Tests and
 ``python -m dmlshim check`` use it to see what would break on a real GPU.
+It runs on torch 2.4.1, torch-directml's own torch, where the routing table
+is exact, and on newer torch (ops torch 2.4.1 lacked: ``unknown_ops``).
 
 Usage::
 
@@ -42,11 +44,18 @@ def install() -> torch.device:
     Returns:
         ``torch.device("privateuseone:0")``.
 
+    The first call in a process binds the device to torch (:func:`binding`):
+    a small C++ extension, compiled on first use (about 30 s with g++ and
+    ninja, then cached in ``~/.cache/torch_extensions``), or, on torch >= 2.5
+    without a C++ toolchain, torch's Python PrivateUse1 API. Tested on torch
+    2.4.1 (torch-directml's pin) and 2.13.
+
     Raises:
         RuntimeError: another backend already claimed PrivateUse1 in this
-            process (e.g. ``import torch_directml`` on Windows), or this torch
-            lacks the Python PrivateUse1 backend API (torch 2.4.1 lacks it;
-            tested on 2.13).
+            process (e.g. ``import torch_directml`` on Windows), or the
+            extension cannot be built (the message names the missing compiler
+            or ninja) on a torch without the Python API (torch 2.4.1).
+        ValueError: a bad ``DMLSHIM_EMULATION_BINDING`` value.
     """
     global _installed
     with _lock:

@@ -13,6 +13,13 @@ quirk rules) what DirectML would do, then
   are the original device arguments, new results are re-tagged to the device.
 
 Arithmetic is therefore the CPU's own kernels, bit for bit.
+
+How ops reach :func:`_kernel` depends on the binding (:func:`select_binding`):
+:mod:`._compiled` (a C++ boxed fallback that registers a per-op Python kernel
+on an op's first call; every torch, the only way on 2.4.1) or
+:mod:`._python_api` (torch's Python ``Library.fallback``, torch >= 2.5). The
+binding also supplies the zero-copy moves ``to_device``/``cpu_alias``; the
+policy and kernels here are the same for both.
 """
 import contextlib
 import functools
