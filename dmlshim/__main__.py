@@ -1,4 +1,4 @@
-"""Command line: ``python -m dmlshim info`` (more subcommands register in ``COMMANDS``).
+"""Command line: ``python -m dmlshim info | check | run`` (subcommands register in ``COMMANDS``).
 
 Each subcommand is a function ``(args) -> exit code`` plus an ``add_<name>_arguments``
 style setup; add one by writing both and listing it in ``COMMANDS``.
@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import check
+from . import check, run
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +65,8 @@ COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "check": ("run a script or MODULE:CALLABLE on the emulated DirectML device; report what "
               "would fail, how dmlshim handles it, and silent CPU fallbacks",
               check.add_arguments, check.main),
+    "run": ("run a script, -m module or installed program (funasr-server ...) with dmlshim "
+            "active in it and in its child Python processes", run.add_arguments, run.main),
 }
 
 
