@@ -20,18 +20,21 @@ Usage::
     emulation.records()["cat"]                 # {"reached": 3, "failed": 1, ...}
 """
 import contextlib
+import dataclasses
+import os
 import threading
 from typing import Iterable, Optional
 
 import torch
 
 from . import _backend, _state, localized
+from . import gpu_numerics
 from .routing import route
 from .rules import FatalDirectMLError, Rule, default_rules
 
 __all__ = ["install", "is_installed", "configure", "configured", "Rule", "FatalDirectMLError",
            "default_rules", "has_float64_support", "records", "reset_records", "route",
-           "DEVICE", "binding"]
+           "DEVICE", "binding", "numerics"]
 
 DEVICE = _backend.DEVICE
 _lock = threading.Lock()
@@ -62,6 +65,8 @@ def install() -> torch.device:
         if not _installed:
             _backend.register(_state.policy)
             _installed = True
+            if os.environ.get("DMLSHIM_EMULATION_NUMERICS"):
+                _state.set_config(dataclasses.replace(_state.config, numerics=_numerics(None)))
     return _backend.DEVICE
 
 
@@ -79,7 +84,8 @@ def is_installed() -> bool:
 
 def configure(rules: Optional[Iterable[Rule]] = None, localized_errors=None, *,
               extend: bool = False, has_float64_support: Optional[bool] = None,
-              warn_always: Optional[bool] = None, unknown_ops: Optional[str] = None) -> None:
+              warn_always: Optional[bool] = None, unknown_ops: Optional[str] = None,
+              numerics: Optional[str] = None) -> None:
     """Set how the emulated device behaves; every ``None`` means DirectML's default.
 
     Each call sets the whole configuration: ``configure()`` restores defaults.
@@ -98,9 +104,15 @@ def configure(rules: Optional[Iterable[Rule]] = None, localized_errors=None, *,
             ``torch.set_warn_always(True)``.
         unknown_ops: route for ops of the running torch that torch 2.4.1 did
             not have: ``"native"`` (default), ``"cpu_fallback"`` or ``"error"``.
+        numerics: ``"cpu"``: the CPU's own kernels, bit-identical results;
+            ``"gpu"``: matmul, convolution, reductions, softmax and norms round
+            as a GPU's do (:mod:`.gpu_numerics`; deterministic, within the
+            ``device`` parity profile). Default: ``DMLSHIM_EMULATION_NUMERICS``
+            when set, else ``"cpu"``.
 
     Raises:
-        ValueError: an unknown code page or ``unknown_ops`` value.
+        ValueError: an unknown code page, ``unknown_ops`` or ``numerics`` value
+            (also from ``DMLSHIM_EMULATION_NUMERICS``).
         TypeError: ``rules`` holds something that is not a :class:`Rule`.
     """
     if rules is None:
@@ -112,12 +124,30 @@ def configure(rules: Optional[Iterable[Rule]] = None, localized_errors=None, *,
             raise TypeError(f"configure(rules=...) takes Rule objects, got {type(rule).__name__}")
     if unknown_ops is not None and unknown_ops not in _state.UNKNOWN_OPS:
         raise ValueError(f"unknown_ops={unknown_ops!r}; allowed: {', '.join(_state.UNKNOWN_OPS)}")
+    numerics = _numerics(numerics)
     _state.set_config(_state.Config(
         rules=tuple(rules),
         localized_errors=None if localized_errors is None else localized.codepage(localized_errors),
         has_float64_support=bool(has_float64_support),
         warn_always=bool(warn_always),
-        unknown_ops=unknown_ops or "native"))
+        unknown_ops=unknown_ops or "native",
+        numerics=numerics))
+
+
+def _numerics(value):
+    source = "numerics"
+    if value is None:
+        value = os.environ.get("DMLSHIM_EMULATION_NUMERICS", "").strip().lower() or "cpu"
+        source = "DMLSHIM_EMULATION_NUMERICS"
+    if value not in gpu_numerics.MODES:
+        raise ValueError(f"{source}={value!r}: allowed values are "
+                         f"{', '.join(gpu_numerics.MODES)}")
+    return value
+
+
+def numerics() -> str:
+    """``"cpu"`` or ``"gpu"``: how the emulated device rounds (:func:`configure`)."""
+    return _state.config.numerics
 
 
 @contextlib.contextmanager

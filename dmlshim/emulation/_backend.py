@@ -98,13 +98,15 @@ def _to_dev(x, originals):
     return x
 
 
-def run_on_cpu(op, args, kwargs):
-    """Run ``op`` on CPU aliases of the device arguments; results on the device."""
+def run_on_cpu(op, args, kwargs, kernel=None):
+    """Run ``op`` (or ``kernel``, same arguments) on CPU aliases of the device
+    arguments; results on the device."""
     originals = {}
     cargs = [_to_cpu(a, originals) for a in args]
     ckwargs = {k: _to_cpu(v, originals) for k, v in kwargs.items()} if kwargs else kwargs
     try:
-        out = op._op(*cargs, **ckwargs)  # the C++ callable behind OpOverload.__call__
+        # op._op: the C++ callable behind OpOverload.__call__
+        out = (kernel or op._op)(*cargs, **ckwargs)
     except RuntimeError as e:
         if "not resizable" not in str(e):
             raise
@@ -166,6 +168,8 @@ def _kernel(info, *args, **kwargs):
     if verdict is not RUN:
         return verdict
     try:
+        if info.cache.kernel is not None:   # numerics="gpu"
+            return run_on_cpu(info.op, args, kwargs, info.cache.kernel)
         if info.impl is not None:
             return info.impl(*args, **kwargs)
         if info.metadata:

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backend, localized, routing
+from . import _backend, gpu_numerics, localized, routing
 from .rules import Rule, default_rules
 
 UNKNOWN_OPS = ("native", "cpu_fallback", "error")
@@ -22,6 +22,7 @@ class Config:
     has_float64_support: bool = False
     warn_always: bool = False
     unknown_ops: str = "native"
+    numerics: str = "cpu"                   # "gpu": GPU-like rounding (gpu_numerics.py)
 
 
 config = Config(rules=tuple(default_rules()))
@@ -59,7 +60,7 @@ def reset_records():
 class _OpPolicy:
     """Per-op decisions that do not depend on the arguments, cached."""
 
-    __slots__ = ("generation", "route", "reported", "rules", "counts")
+    __slots__ = ("generation", "route", "reported", "rules", "counts", "kernel")
 
     def __init__(self, info):
         self.generation = _generation
@@ -67,6 +68,8 @@ class _OpPolicy:
         self.rules = tuple(r for r in config.rules
                            if r.matches_op(info.op, info.name, info.metadata))
         self.counts = _records.setdefault(info.name, [0, 0, 0, 0, 0])
+        # A GPU-like kernel replacing the CPU's (numerics="gpu"), or None.
+        self.kernel = gpu_numerics.kernel_for(info.name, info.op) if config.numerics == "gpu" else None
 
     def failed(self):
         """Count a call whose kernel raised (called by the backend)."""
