@@ -59,6 +59,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
                     "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
           modes=FALLBACK_MODES),
+    Patch("legacy_new", "Tensor.new(...) refused on PrivateUse1 by torch 2.0 (torch-directml <= 0.2.0; "
+                        "failure_modes.md #11, DirectML#400, #415): rebuild each legacy form on the device; "
+                        "passes through where torch accepts it (2.4.1)", modes=FALLBACK_MODES),
     # GFPGAN stack (third-party, installed lazily on import).  basicsr's fix must be in
     # place before basicsr's own import line runs, so it triggers on torchvision.
     Patch("basicsr", "basicsr 1.4.2 imports torchvision.transforms.functional_tensor, removed in "

@@ -1,0 +1,79 @@
+"""``Tensor.new(...)`` refused on the device (failure_modes.md #11; DirectML#400, #415).
+
+torch 2.0 (torch-directml <= 0.2.0) refuses the legacy constructor on ``PrivateUse1``
+tensors: ``RuntimeError: new(): expected key in DispatchKeySet(CPU, CUDA, ..., Meta)
+but got: PrivateUse1`` (HF ``generate``, fairseq's ``GradMultiply`` call ``x.new``).
+torch 2.4.1, torch-directml 0.2.5's pin, accepts ``PrivateUse1`` (evidence:
+:mod:`dmlshim.emulation.legacy_new`), so this patch passes every call through and
+acts only when that refusal is raised.  Then each legacy form gets the CPU's result
+on the device:
+
+* ``x.new()``, ``x.new(size...)``, ``x.new(sequence)``: torch parses the arguments
+  on a CPU tensor of ``x``'s dtype, and the result is moved to ``x``'s device (or
+  ``device=``).  A size gives an uninitialized tensor, as on the CPU.
+* ``x.new(tensor)``: an alias of ``tensor``, which must have ``x``'s dtype and
+  device (torch's ``TypeError`` otherwise).
+* ``x.new(storage)`` is not rescued: the refusal is raised as it was.
+
+sdnext's fix, ``orig(self.cpu(), ...).to(self.device)``, breaks ``x.new(tensor)``
+(a device tensor is not of the CPU base's type) and copies every call; this one
+costs nothing while torch accepts the call.  Action ``coerce``.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._wrap import Context, PatchSet
+
+_patches = PatchSet(__name__)
+_REFUSAL = ("new(): expected key in", "new(): expected DispatchKey")   # torch 2.0 / 1.x texts
+
+
+def _is_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and str(exc).startswith(_REFUSAL)
+
+
+def _new(func, args, kwargs):
+    try:
+        return "pass", func(*args, **kwargs)
+    except RuntimeError as exc:
+        if not _is_refusal(exc):
+            raise
+        refusal = exc
+    result = legacy_new(func, args[0], args[1:], kwargs)
+    if result is None:
+        raise refusal
+    return "coerce", result
+
+
+def legacy_new(func, base: torch.Tensor, args: tuple, kwargs: dict):
+    """What ``base.new(*args, **kwargs)`` returns on the CPU, on ``base``'s device;
+    None for a form this cannot rebuild (a storage).  ``func`` is the original
+    ``Tensor.new``.
+
+    Raises:
+        TypeError: ``base.new(tensor)`` with a tensor of another dtype or device
+            (torch's own check), or arguments torch's parser refuses.
+    """
+    if any(isinstance(a, (torch.UntypedStorage, torch.TypedStorage)) for a in args):
+        return None
+    if len(args) == 1 and isinstance(args[0], torch.Tensor) and not kwargs:
+        other = args[0]
+        if other.dtype != base.dtype or other.device != base.device:
+            raise TypeError(f"new(): expected a tensor of dtype {base.dtype} on {base.device} "
+                            f"(got {other.dtype} on {other.device})")
+        return torch.ops.aten.alias(other)
+    kwargs = dict(kwargs)
+    device = torch.device(kwargs.pop("device", None) or base.device)
+    if device.type != base.device.type:
+        raise TypeError(f"new(): legacy constructor expects device type {base.device.type} "
+                        f"but device type {device.type} was passed")
+    return func(torch.empty(0, dtype=base.dtype), *args, **kwargs).to(device)
+
+
+def install(ctx: Context) -> None:
+    _patches.intercept(ctx, torch.Tensor, "new", _new, op="Tensor.new")
+
+
+def uninstall() -> None:
+    _patches.restore()

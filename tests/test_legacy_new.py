@@ -1,0 +1,75 @@
+"""``Tensor.new`` on the device (failure_modes.md #11), every legacy form, both ways.
+
+Evidence first: torch 2.4.1's own legacy-constructor check accepts PrivateUse1, so on
+torch-directml 0.2.5 ``x.new(...)`` works without the shim (the first test also runs on
+a real device).  torch 2.0 (torch-directml <= 0.2.0) refused it; the emulator's opt-in
+``legacy_new.refused()`` reproduces that, and the ``legacy_new`` patch rebuilds each
+form with the CPU's dtype and values on the device.
+"""
+import pytest
+import torch
+from torch.testing import assert_close
+
+import dmlshim
+from dmlshim import trace
+
+# (label, args, kwargs, values comparable: False for uninitialized memory)
+FORMS = [
+    ("new()", (), {}, True),
+    ("new(size)", (2, 3), {}, False),
+    ("new(torch.Size)", (torch.Size([4]),), {}, False),
+    ("new(float sequence)", ([1.5, -2.0, 3.25],), {}, True),
+    ("new(int list)", ([1, 2],), {}, True),
+    ("new(nested sequence)", ([[1, 2], [3, 4]],), {}, True),
+]
+
+
+def _check(result, expected, dev, values):
+    assert result.device == dev and result.dtype == expected.dtype and result.shape == expected.shape
+    assert not result.requires_grad
+    if values:
+        assert_close(result.cpu(), expected, rtol=0, atol=0)
+
+
+def _forms(x, dev, dtype):
+    xc = torch.zeros(3, dtype=dtype)
+    for label, args, kwargs, values in FORMS:
+        _check(x.new(*args, **kwargs), xc.new(*args, **kwargs), dev, values)
+    y = torch.arange(3, dtype=dtype, device=dev)
+    alias = x.new(y)                                   # new(tensor): an alias, as on the CPU
+    assert alias.data_ptr() == y.data_ptr() and alias.device == dev
+    y[0] = 7
+    assert alias[0].item() == 7
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
+def test_every_form_works_on_torch_2_4_without_the_shim(dml_device, dtype):
+    dmlshim.deactivate()
+    _forms(torch.zeros(3, dtype=dtype, device=dml_device), dml_device, dtype)
+
+
+@pytest.mark.emulated_only
+def test_torch_2_0_refusal_reproduced_then_fixed(dml_device):
+    from dmlshim.emulation import legacy_new
+
+    dmlshim.deactivate()
+    x = torch.zeros(3, device=dml_device)
+    with legacy_new.refused():
+        for label, args, kwargs, _ in FORMS + [("new(tensor)", (x,), {}, True)]:
+            with pytest.raises(RuntimeError, match=r"new\(\): expected key in DispatchKeySet\(CPU.*"
+                                                   r"but got: PrivateUse1"):
+                x.new(*args, **kwargs)
+        assert torch.zeros(2).new([1.0]).tolist() == [1.0]          # CPU tensors unaffected
+        dmlshim.activate(fallback="known", trace=0)
+        try:
+            trace.reset()
+            _forms(x, dml_device, torch.float32)
+            _check(x.new(2, device=dml_device), torch.zeros(2).new(2), dml_device, False)
+            with pytest.raises(TypeError, match="expected a tensor of dtype torch.float32"):
+                x.new(torch.zeros(2, dtype=torch.int64, device=dml_device))
+            row = next(r for r in dmlshim.report().rows if r["op"] == "Tensor.new")
+            assert row["actions"] == {"coerce": len(FORMS) + 2, "error": 1}   # + alias, device=; TypeError
+        finally:
+            dmlshim.deactivate()
+    assert "new" not in torch.Tensor.__dict__                          # refused() restored torch's own
+    assert x.new([2.0]).cpu().tolist() == [2.0]
