@@ -180,22 +180,20 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, profile_name="exact") 
         return TensorFigures(shape_equal, dtype_equal, expected.numel(), 0.0, 0.0, 0.0,
                              0.0, rtol, atol)
     floating = expected.is_floating_point()
-    a = actual.double() if floating else actual.to(torch.int64) if actual.dtype != torch.bool else actual
-    e = expected.double() if floating else expected.to(torch.int64) if expected.dtype != torch.bool else expected
-    if expected.dtype == torch.bool:
-        diff = (a != e).double()
-    else:
-        diff = (a - e).abs().double()
-    if floating:
-        same = (a == e) | (a.isnan() & e.isnan())
-        diff = torch.where(same, torch.zeros_like(diff), diff)
-        diff = torch.where(diff.isnan(), torch.full_like(diff, math.inf), diff)
-    bound = atol + rtol * e.abs().double() if floating else torch.zeros_like(diff)
-    nonzero = e.double() != 0 if expected.dtype != torch.bool else torch.zeros_like(diff, dtype=torch.bool)
-    max_rel = float((diff[nonzero] / e.double().abs()[nonzero]).max()) if nonzero.any() else 0.0
-    max_ulp = float((diff / _ulp(expected).double()).max()) if floating else 0.0
+    if not floating:
+        diff = (actual.to(torch.int64) - expected.to(torch.int64)).abs().double()
+        return TensorFigures(True, True, expected.numel(), float(diff.max()), 0.0, 0.0,
+                             float((diff > 0).double().mean()), rtol, atol)
+    a, e = actual.double(), expected.double()
+    same = (a == e) | (a.isnan() & e.isnan())
+    diff = torch.where(same, torch.zeros_like(a), (a - e).abs().nan_to_num(math.inf))
+    mismatched = ~(same | (diff <= atol + rtol * e.abs()))   # a NaN bound: mismatch
+    finite = e.isfinite() & (e != 0)
+    max_rel = float((diff[finite] / e[finite].abs()).max()) if finite.any() else 0.0
+    ulp = _ulp(expected).double()
+    max_ulp = float((diff[finite] / ulp[finite]).max()) if finite.any() else 0.0
     return TensorFigures(True, True, expected.numel(), float(diff.max()), max_rel, max_ulp,
-                         float((diff > bound).double().mean()), rtol, atol)
+                         float(mismatched.double().mean()), rtol, atol)
 
 
 def assert_close(actual, expected, profile_name="exact", msg: str = "") -> TensorFigures:
