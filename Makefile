@@ -3,7 +3,7 @@
 # dependency (source builds included) can swap it for a multi-GB CUDA build.
 PYTHON        ?= python3
 TORCH_VERSION ?= 2.13.0
-EXTRAS        ?= test,funasr,gfpgan,bench
+EXTRAS        ?= test,funasr,gfpgan,bench,server,server-client
 # One venv per torch lane: the default lane is .venv, others .venv-torch<version>.
 VENV          := $(if $(filter 2.13.0,$(TORCH_VERSION)),.venv,.venv-torch$(TORCH_VERSION))
 PY            := $(VENV)/bin/python

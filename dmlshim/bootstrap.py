@@ -5,7 +5,10 @@ starts through the environment, and ``dmlshim/_sitecustomize/sitecustomize.py``
 calls :func:`start` at interpreter start-up, before the program's first import:
 
 ``DMLSHIM_RUN_DEVICE``  ``emulated``: install the emulated DirectML device
-                        (:mod:`dmlshim.emulation`) in this process.
+                        (:mod:`dmlshim.emulation`) in this process.  Otherwise
+                        ``torch_directml`` is imported when it is installed, so
+                        that ``privateuseone:0`` exists for programs that never
+                        import it themselves (``funasr-server --device privateuseone:0``).
 ``DMLSHIM_RUN_REPORT``  ``1``: print ``dmlshim.report()`` on stderr at exit.
 ``DMLSHIM_RUN_PID``     the PID ``dmlshim run`` started as: the main process
                         prints its report even when it is empty.
@@ -16,6 +19,7 @@ The usual ``DMLSHIM_TRACE``/``DMLSHIM_FALLBACK``/``DMLSHIM_DEVICE`` are read by
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import sys
 import warnings
@@ -32,6 +36,8 @@ def start() -> bool:
     try:
         if os.environ.get(RUN_DEVICE) == "emulated":
             _install_emulation()
+        elif importlib.util.find_spec("torch_directml") is not None:
+            import torch_directml  # noqa: F401  (registers the privateuseone device with torch)
         import dmlshim
 
         dmlshim.activate()

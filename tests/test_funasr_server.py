@@ -1,0 +1,85 @@
+"""FunASR's own OpenAI-compatible server on the emulated DirectML device, zero code edited.
+
+``python -m dmlshim run --device emulated funasr-server --device privateuseone:0
+--model-path DIR --host 127.0.0.1 --port N`` (a tiny random-weight SeacoParaformer:
+LSTMs, the empty-input cat, float x bool masks), driven by the official ``openai``
+client from concurrent threads, with bad uploads in between. Transcripts must equal
+the CPU's (funasr's own AutoModel on the CPU, as the server calls it). The load
+benchmark (benchmarks/server_load.py) runs a CPU server beside it.
+"""
+import concurrent.futures as cf
+import re
+import shutil
+import time
+
+import openai
+import pytest
+import torch
+import yaml
+
+import funasr_models  # examples/ is on sys.path (conftest.py)
+from funasr_server import Server, bad_uploads, samples, transcribe
+
+THREADS, REQUESTS, BUDGET_S = 3, 9, 90        # bounded in count and time
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The seaco test model with ``ncpu: 1`` in its config: funasr-server passes no ncpu,
+    and AutoModel's default of 4 threads makes 2 cores wait on each other."""
+    src = funasr_models.build("seaco", cache_dir=tmp_path_factory.mktemp("funasr_server_models"))
+    dst = tmp_path_factory.mktemp("server_model") / src.name
+    shutil.copytree(src, dst)
+    config = yaml.safe_load((dst / "config.yaml").read_text(encoding="utf-8"))
+    (dst / "config.yaml").write_text(yaml.safe_dump(dict(config, ncpu=1), allow_unicode=True),
+                                     encoding="utf-8")
+    return dst
+
+
+def cpu_transcripts(model_dir, uploads, tmp_path):
+    """What the server computes (``_process_fallback``: generate(batch_size=1), tags
+    stripped), with funasr's AutoModel on the CPU in this process."""
+    threads = torch.get_num_threads()
+    model = funasr_models.auto_model(model_dir, "cpu", 1)
+    try:
+        out = {}
+        for name, data in uploads.items():
+            path = tmp_path / name
+            path.write_bytes(data)
+            raw = model.generate(input=str(path), batch_size=1)[0]["text"]
+            out[name] = re.sub(r"<\|[^|]*\|>", "", raw).strip()
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_server_on_emulated_device_under_load_and_bad_uploads(model_dir, tmp_path):
+    good = samples()
+    odd = {k: v for k, v in bad_uploads(silence_s=20).items() if k in ("8khz.wav", "silence.wav")}
+    expected = cpu_transcripts(model_dir, {**good, **odd}, tmp_path)
+    with Server("emulated", model_dir, report=True) as server:
+        client = server.client(max_retries=2)     # the client's default retry policy
+        health = server.health()
+        assert health["device"] == "privateuseone:0" and health["models_loaded"] == ["custom"]
+
+        names = [list(good)[i % len(good)] for i in range(REQUESTS)]
+        start = time.monotonic()
+        with cf.ThreadPoolExecutor(THREADS) as pool:
+            texts = list(pool.map(lambda n: (n, transcribe(client, good[n], n)), names,
+                                  timeout=BUDGET_S))
+        assert time.monotonic() - start < BUDGET_S
+        assert all(text == expected[name] and text for name, text in texts)
+
+        for name, data in bad_uploads(silence_s=20).items():
+            if name in odd:                         # decodable: resampled / silent, answered
+                assert transcribe(client, data, name) == expected[name], name
+            else:                                   # undecodable: an HTTP error, not a hang
+                with pytest.raises(openai.InternalServerError) as info:
+                    transcribe(client, data, name)
+                assert info.value.status_code == 500
+            assert transcribe(client, good["zh.wav"]) == expected["zh.wav"]   # still serving
+        assert server.proc.poll() is None
+    log = server.log_tail(20000)
+    assert "soundfile.LibsndfileError" in log              # why the undecodable ones failed
+    report = log[log.index("dmlshim report"):]
+    assert re.search(r"_VF\.lstm\s+\d+\s+cpu=", report) and "drop-empty" in report
