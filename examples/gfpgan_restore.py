@@ -20,8 +20,10 @@ what the CPU computes, but the "restored" face is noise. With ``--model`` (a GFP
 v1.4 ``.pth`` file or its release URL) the weights are real; gfpgan and facexlib then
 download the detector and parser weights into ``./gfpgan/weights`` on first use.
 
-``--compare-cpu`` repeats the run on the CPU with the same seed and prints the largest
-absolute pixel difference; the exit status is 1 if it is not 0.
+``--compare-cpu`` repeats the run on the CPU with the same seed and prints the parity
+figures (max pixel difference, PSNR; dmlshim.parity); the exit status is 1 if they fall
+outside the tolerance profile: ``exact`` on the emulated device (it runs the CPU's own
+kernels), ``device`` on a real GPU (``--tolerance`` picks one).
 """
 import argparse
 import logging
@@ -38,6 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import dmlshim  # noqa: E402
+from dmlshim import parity  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PHOTO = HERE / "data" / "astronaut.jpg"
@@ -64,7 +67,11 @@ def parse_args(argv=None):
     parser.add_argument("--trace", action="store_true",
                         help="log every call dmlshim intercepts, and its per-op report at exit")
     parser.add_argument("--compare-cpu", action="store_true",
-                        help="also run on the CPU and print the max absolute pixel difference")
+                        help="also run on the CPU and print the parity figures (max pixel "
+                             "difference, PSNR); exit 1 outside the tolerance profile")
+    parser.add_argument("--tolerance", choices=sorted(parity.PROFILES),
+                        help="parity profile for --compare-cpu (default: exact on the "
+                             "emulated device with CPU numerics, device otherwise)")
     return parser.parse_args(argv)
 
 
@@ -121,8 +128,9 @@ def main(argv=None):
     restorer = load_restorer(args.model, device, args.upscale)
     cpu_restorer = load_restorer(args.model, torch.device("cpu"), args.upscale) if args.compare_cpu else None
 
+    profile = parity.profile(args.tolerance or parity.default_profile(device))
     args.output.mkdir(parents=True, exist_ok=True)
-    worst = 0
+    outside = 0
     for path in args.inputs:
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
         if image is None:
@@ -137,10 +145,12 @@ def main(argv=None):
               f"{stem}_restored.png, {stem}_before_after.png")
         if cpu_restorer is not None:
             reference, _ = restore(cpu_restorer, image, aligned=args.aligned, seed=args.seed)
-            diff = int(np.abs(result.astype(np.int16) - reference.astype(np.int16)).max())
-            worst = max(worst, diff)
-            print(f"{path.name}: max abs pixel difference vs CPU: {diff}")
-    return 1 if worst else 0        # with --trace, dmlshim logs its per-op report at exit
+            figures = parity.compare_images(result, reference)
+            ok = figures.within(profile)
+            outside += not ok
+            print(f"{path.name}: vs CPU: {figures} -> {'within' if ok else 'OUTSIDE'} the "
+                  f"{profile.name!r} profile (max {profile.max_pixel}, >= {profile.min_psnr_db:g} dB)")
+    return 1 if outside else 0      # with --trace, dmlshim logs its per-op report at exit
 
 
 if __name__ == "__main__":

@@ -24,6 +24,12 @@ def _real_directml_device():
 
 _REAL = _real_directml_device()
 
+# DMLSHIM_TEST_NUMERICS=gpu: the emulated device rounds like a GPU (split-K matmul and
+# convolution, ...: dmlshim/emulation/gpu_numerics.py), so device results are compared
+# with the CPU's through the "device" tolerance profile instead of exactly.
+if os.environ.get("DMLSHIM_TEST_NUMERICS"):
+    os.environ["DMLSHIM_EMULATION_NUMERICS"] = os.environ["DMLSHIM_TEST_NUMERICS"]
+
 
 def pytest_configure(config):
     config.addinivalue_line(
@@ -47,6 +53,16 @@ def dml_device() -> torch.device:
     from dmlshim import emulation
 
     return emulation.install()
+
+
+@pytest.fixture(scope="session")
+def profile(dml_device):
+    """The parity profile for device results against the CPU: ``"exact"`` on the
+    emulated device with CPU numerics (both sides run the CPU's kernels), ``"device"``
+    on a real GPU or under DMLSHIM_TEST_NUMERICS=gpu (dmlshim.parity)."""
+    from dmlshim import parity
+
+    return parity.default_profile(dml_device).name
 
 
 @pytest.fixture

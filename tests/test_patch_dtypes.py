@@ -4,13 +4,11 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing import assert_close
 
 import dmlshim
-from dmlshim import devices
+from dmlshim import devices, parity
 from dmlshim.patches import dtypes as dtypes_patch
 
-exact = dict(rtol=0, atol=0)
 
 
 @pytest.fixture
@@ -59,20 +57,20 @@ CALLS = {
 
 
 @pytest.mark.parametrize("name", list(CALLS))
-def test_float64_ops_compute_on_cpu_and_return_float32(shim, dml_device, no_float64, name):
+def test_float64_ops_compute_on_cpu_and_return_float32(shim, dml_device, no_float64, name, profile):
     x = torch.rand(2, 9, generator=torch.Generator().manual_seed(0))
     expected = CALLS[name](x).to(torch.float32)            # float64 math, then float32
     got = CALLS[name](x.to(dml_device))
     assert got.device == dml_device and got.dtype == torch.float32
-    assert_close(got.cpu(), expected, **exact)
+    parity.assert_close(got.cpu(), expected, profile)
 
 
-def test_float64_to_device_becomes_float32_with_one_warning(shim, dml_device, no_float64):
+def test_float64_to_device_becomes_float32_with_one_warning(shim, dml_device, no_float64, profile):
     x = torch.randn(4, dtype=torch.float64)
     with pytest.warns(RuntimeWarning, match="float64 tensors moved there become float32"):
         y = x.to(dml_device)
     assert y.dtype == torch.float32 and y.device == dml_device
-    assert_close(y.cpu(), x.float(), **exact)
+    parity.assert_close(y.cpu(), x.float(), profile)
     with warnings.catch_warnings():
         warnings.simplefilter("error")                     # only one warning per process
         z = x.to(dml_device, non_blocking=False)
@@ -80,7 +78,7 @@ def test_float64_to_device_becomes_float32_with_one_warning(shim, dml_device, no
     assert z.dtype == w.dtype == torch.float32
 
 
-def test_double_model_to_device(shim, dml_device, no_float64):
+def test_double_model_to_device(shim, dml_device, no_float64, profile):
     model = torch.nn.Linear(3, 2).double()
     x = torch.randn(4, 3, dtype=torch.float64)
     expected = model.float()(x.float())
@@ -88,7 +86,7 @@ def test_double_model_to_device(shim, dml_device, no_float64):
     with pytest.warns(RuntimeWarning):
         model.to(dml_device)
     assert isinstance(model.weight, torch.nn.Parameter) and model.weight.dtype == torch.float32
-    assert_close(model(x.to(dml_device)).cpu(), expected, **exact)
+    parity.assert_close(model(x.to(dml_device)).cpu(), expected, profile)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.complex64])
@@ -109,13 +107,13 @@ def test_device_with_float64_is_left_alone(shim, dml_device, emulated_float64):
         set(r["actions"]) <= {"pass"} for r in dmlshim.report().rows)
 
 
-def test_autograd_through_float64_fallback(shim, dml_device, no_float64):
+def test_autograd_through_float64_fallback(shim, dml_device, no_float64, profile):
     x = torch.rand(2, 5)
     xd = x.to(dml_device).requires_grad_()
     xc = x.clone().requires_grad_()
     (torch.cumsum(xd, 1, dtype=torch.float64) * torch.arange(5).to(dml_device)).sum().backward()
     (torch.cumsum(xc, 1, dtype=torch.float64).float() * torch.arange(5)).sum().backward()
-    assert_close(xd.grad.cpu(), xc.grad, **exact)
+    parity.assert_close(xd.grad.cpu(), xc.grad, profile)
 
 
 @pytest.mark.parametrize("call", [
@@ -125,10 +123,10 @@ def test_autograd_through_float64_fallback(shim, dml_device, no_float64):
     lambda x, d: x.to(d, non_blocking=True),
     lambda x, d: x.to(str(d)),
 ])
-def test_every_to_overload_is_understood(shim, dml_device, no_float64, call):
+def test_every_to_overload_is_understood(shim, dml_device, no_float64, call, profile):
     x = torch.randn(3, dtype=torch.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         y = call(x, dml_device)
     assert y.device == dml_device and y.dtype == torch.float32
-    assert_close(y.cpu(), x.float(), **exact)
+    parity.assert_close(y.cpu(), x.float(), profile)

@@ -16,11 +16,10 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import emulation
+from dmlshim import emulation, parity
 from dmlshim.patches import auto
 
 ROOT = Path(__file__).resolve().parent.parent
-EXACT = dict(rtol=0, atol=0)
 
 
 @pytest.fixture
@@ -164,7 +163,7 @@ def _inputs(seed):
 
 
 @pytest.mark.emulated_only
-def test_same_model_from_four_threads_is_identical(active):
+def test_same_model_from_four_threads_is_identical(active, profile):
     dev = active
     torch.manual_seed(0)
     model = Small().eval()
@@ -186,7 +185,7 @@ def test_same_model_from_four_threads_is_identical(active):
             results = list(pool.map(work, range(4)))
     for i, outputs in enumerate(results):
         for rep, got in enumerate(outputs):
-            torch.testing.assert_close(got, want[(i + rep) % 4], **EXACT)
+            parity.assert_close(got, want[(i + rep) % 4], profile)
     assert [len(outputs) for outputs in results] == [3] * 4
 
 
