@@ -18,6 +18,12 @@ bicif          BiCifParaformer + CifPredictorV3 (BiLSTM)    paraformer-large wit
 seaco          SeacoParaformer (+ LSTM hotword encoder)     paraformer-zh, ~247M parameters
 vad            FsmnVADStreaming + FSMN                      fsmn-vad (same size either way)
 punc           CTTransformer + SANMEncoder                  ct-punc (vocabulary reduced)
+sensevoice     SenseVoiceSmall + SenseVoiceEncoderSmall     SenseVoiceSmall (CTC; sentencepiece
+               (SANM, CTC head)                             vocabulary reduced)
+paraformer-    ParaformerStreaming + SANMEncoderChunkOpt    paraformer-zh-streaming (chunked,
+streaming      + CifPredictorV2                             with a cache)
+campplus       CAMPPlus (FCM + CAM dense TDNN)              cam++ (speaker embeddings;
+                                                            ``spk_model``)
 =============  ===========================================  =================================
 
 ``size="tiny"`` keeps the architecture and shrinks widths and depths so a
@@ -38,7 +44,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-KINDS = ("paraformer", "bicif", "seaco", "vad", "punc")
+KINDS = ("paraformer", "bicif", "seaco", "vad", "punc", "sensevoice",
+         "paraformer-streaming", "campplus")
 SIZES = ("tiny", "real")
 
 # Transcripts of the bundled samples (examples/data), so their characters and
@@ -189,6 +196,71 @@ def _punc_config(size):
     }
 
 
+def _streaming_config(size, vocab_size):
+    """paraformer-zh-streaming's layout: chunked SANM encoder, online frontend."""
+    conf = _asr_config("paraformer", size, vocab_size)
+    conf["model"] = "ParaformerStreaming"
+    conf["encoder"] = "SANMEncoderChunkOpt"
+    conf["encoder_conf"].update({
+        "input_layer": "pe_online", "chunk_size": [12, 15], "stride": [8, 10],
+        "pad_left": [0, 0], "encoder_att_look_back_factor": [4, 4],
+        "decoder_att_look_back_factor": [1, 1]})
+    conf["decoder_conf"]["sanm_shfit"] = 5
+    conf.update(_frontend(lfr_m=7, lfr_n=6, frontend="WavFrontendOnline"))
+    return conf
+
+
+def _sensevoice_config(size):
+    """SenseVoiceSmall's layout: SANM encoder (+ time-pooling blocks), CTC head."""
+    tiny = size == "tiny"
+    return {
+        "model": "SenseVoiceSmall",
+        "model_conf": {"length_normalized_loss": True, "sos": 1, "eos": 2, "ignore_id": -1},
+        "encoder": "SenseVoiceEncoderSmall",
+        "encoder_conf": {"output_size": 32 if tiny else 512, "attention_heads": 4,
+                         "linear_units": 64 if tiny else 2048, "num_blocks": 2 if tiny else 50,
+                         "tp_blocks": 1 if tiny else 20, "dropout_rate": 0.1,
+                         "positional_dropout_rate": 0.1, "attention_dropout_rate": 0.1,
+                         "input_layer": "pe", "pos_enc_class": "SinusoidalPositionEncoder",
+                         "normalize_before": True, "kernel_size": 11, "sanm_shfit": 0,
+                         "selfattention_layer_type": "sanm"},
+        **_frontend(lfr_m=7, lfr_n=6),
+        "tokenizer": "SentencepiecesTokenizer",
+        "tokenizer_conf": {"bpemodel": "bpe.model", "unk_symbol": "<unk>",
+                           "split_with_space": True},
+    }
+
+
+def _campplus_config():
+    """cam++ (speech_campplus_sv_zh-cn_16k-common): 192-dim speaker embeddings, real size."""
+    return {"model": "CAMPPlus",
+            "model_conf": {"feat_dim": 80, "embedding_size": 192},
+            "frontend": None}
+
+
+# SenseVoice's task tags: the decoder emits language, emotion, event and text-norm
+# tags first (inference() drops the first four tokens when aligning timestamps).
+_SENSEVOICE_TAGS = ["<|zh|>", "<|en|>", "<|NEUTRAL|>", "<|HAPPY|>", "<|Speech|>",
+                    "<|BGM|>", "<|woitn|>", "<|withitn|>"]
+
+
+def _write_bpe_model(path, tokens, size):
+    """A sentencepiece model (``bpe.model``) over the sample tokens, trained offline."""
+    import io
+
+    import sentencepiece as spm
+
+    words = [t for t in tokens if not t.startswith("<")]
+    lines = [" ".join(words[i:i + 8]) for i in range(0, len(words), 8)]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines * 4), model_writer=model, model_type="char",
+        vocab_size=len(set("".join(words))) + len(_SENSEVOICE_TAGS) + 4,
+        user_defined_symbols=_SENSEVOICE_TAGS, character_coverage=1.0,
+        bos_id=1, eos_id=2, unk_id=3, pad_id=-1, minloglevel=2, hard_vocab_limit=False)
+    Path(path).write_bytes(model.getvalue())
+
+
 def _am_mvn(dim):
     """Kaldi nnet text that funasr's ``load_cmvn`` reads: feats = (fbank + shift) * scale.
 
@@ -213,7 +285,13 @@ def model_config(kind, size="tiny"):
         return _vad_config(), None, 400  # 80 mel x lfr_m 5
     if kind == "punc":
         return _punc_config(size), _token_list("tiny"), None
+    if kind == "campplus":
+        return _campplus_config(), None, None
+    if kind == "sensevoice":  # tokens: what bpe.model is trained on
+        return _sensevoice_config(size), _token_list("tiny"), 560
     tokens = _token_list(size)
+    if kind == "paraformer-streaming":
+        return _streaming_config(size, len(tokens)), tokens, 560
     return _asr_config(kind, size, len(tokens)), tokens, 560  # 80 mel x lfr_m 7
 
 
@@ -224,13 +302,17 @@ def _build_module(config, tokens, model_dir):
 
     kwargs = copy.deepcopy(config)
     kwargs["input_size"] = None
-    if "frontend" in kwargs:
+    if kwargs.get("frontend"):
         frontend_conf = dict(kwargs["frontend_conf"])
         if (model_dir / "am.mvn").exists():
             frontend_conf["cmvn_file"] = str(model_dir / "am.mvn")
         frontend = tables.frontend_classes.get(kwargs["frontend"])(**frontend_conf)
         kwargs["input_size"] = frontend.output_size()
     kwargs["vocab_size"] = len(tokens) if tokens else -1
+    if (model_dir / "bpe.model").exists():
+        import sentencepiece as spm
+        kwargs["vocab_size"] = spm.SentencePieceProcessor(
+            model_file=str(model_dir / "bpe.model")).get_piece_size()
     model_class = tables.model_classes.get(kwargs["model"])
     return model_class(**{**kwargs.pop("model_conf", {}), **kwargs})
 
@@ -249,7 +331,9 @@ def write_model_dir(model_dir, kind, size="tiny", seed=0):
     model_dir.mkdir(parents=True, exist_ok=True)
     with open(model_dir / "config.yaml", "w", encoding="utf-8") as f:
         yaml.safe_dump(config, f, allow_unicode=True, sort_keys=False)
-    if tokens is not None:
+    if kind == "sensevoice":
+        _write_bpe_model(model_dir / "bpe.model", tokens, size)
+    elif tokens is not None:
         (model_dir / "tokens.json").write_text(
             json.dumps(tokens, ensure_ascii=False, indent=0), encoding="utf-8")
     if feat_dim is not None:

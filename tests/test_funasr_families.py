@@ -1,0 +1,157 @@
+"""FunASR's other model families on the DirectML device: SenseVoiceSmall, the streaming
+Paraformer (chunked, with a cache), cam++ speaker labels; tiny random weights.
+
+Real funasr code throughout (examples/funasr_models.py builds the model directories,
+``AutoModel`` loads them); each family first fails raw on the device where DirectML
+fails, then matches the CPU with dmlshim active, compared through dmlshim.parity with
+the session's profile (exact on the emulator, "device" under GPU numerics).
+
+Where each raw failure comes from (funasr 1.4.16): SenseVoice's timestamp pass does
+``logits[pred == blank, blank] = 0`` with a CPU mask on a device tensor
+(sense_voice/model.py:1054); the streaming Paraformer's CIF does float64 arithmetic,
+which most DirectML GPUs lack (failure_modes.md #7). cam++ needs no fix.
+"""
+from pathlib import Path
+
+import pytest
+import torch
+
+import dmlshim
+from dmlshim import parity
+
+import funasr_models
+import funasr_transcribe
+
+AUDIO = Path(__file__).resolve().parent.parent / "examples" / "data" / "zh.wav"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """kind -> a tiny random-weight model directory, built once for this module."""
+    cache = tmp_path_factory.mktemp("funasr_families")
+    return lambda kind: funasr_models.build(kind, cache_dir=cache)
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """AutoModel calls torch.set_num_threads(ncpu): give later tests their setting back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def load(model_dir, kind, device, **kw):
+    return funasr_models.auto_model(model_dir(kind), device, 1, **kw)
+
+
+def transcribe(model, kind):
+    """{"text", "timestamp"} of AUDIO, streamed chunk by chunk for the streaming kind."""
+    if kind == "paraformer-streaming":
+        return funasr_transcribe.stream(model, AUDIO)
+    return funasr_transcribe.transcribe(model, [AUDIO], None, "test")[str(AUDIO)]
+
+
+def speaker_embedding(model_dir, device):
+    """cam++'s 192-dim embedding of AUDIO, (1, 192) float32 on the CPU."""
+    res = load(model_dir, "campplus", device).generate(str(AUDIO))
+    return res[0]["spk_embedding"].cpu()
+
+
+@pytest.mark.parametrize("kind, error", [
+    ("sensevoice", "unbox expects Dml at::Tensor"),        # CPU bool mask into a device tensor
+    ("paraformer-streaming", "does not support Double"),   # float64
+])
+def test_without_shim_the_model_fails_on_the_device(kind, error, model_dir, dml_device):
+    assert not dmlshim.is_active()
+    with pytest.raises(RuntimeError, match=error):
+        transcribe(load(model_dir, kind, dml_device), kind)
+
+
+@pytest.mark.parametrize("kind", ["sensevoice", "paraformer-streaming"])
+def test_shim_matches_cpu(kind, model_dir, dml_device, default_shim, profile):
+    """Text (and SenseVoice's timestamps) equal the CPU run within the profile."""
+    ref = transcribe(load(model_dir, kind, "cpu"), kind)
+    got = transcribe(load(model_dir, kind, dml_device), kind)
+    figures = parity.compare_transcripts(got["text"], ref["text"], got["timestamp"],
+                                         ref["timestamp"])
+    assert figures.within(profile), f"{figures}\n  device: {got['text']}\n  cpu:    {ref['text']}"
+    assert figures.tokens > 10                  # random weights still emit tokens
+    assert bool(got["timestamp"]) == (kind == "sensevoice")   # streaming has none
+    actions = {r["op"]: r["actions"] for r in dmlshim.report().rows}
+    assert actions, "the shim intercepted nothing: the raw failure above would recur"
+
+
+def test_streaming_loop_feeds_600ms_chunks_into_one_cache(model_dir):
+    """FunASR's streaming example: 9600-sample chunks, one cache, is_final on the last."""
+    import soundfile
+
+    model = load(model_dir, "paraformer-streaming", "cpu")
+    calls, real = [], model.generate
+
+    def generate(**kw):
+        calls.append((len(kw["input"]), id(kw["cache"]), kw["is_final"], kw["chunk_size"]))
+        return real(**kw)
+
+    model.generate = generate
+    text = funasr_transcribe.stream(model, AUDIO)["text"]
+    samples = len(soundfile.read(str(AUDIO))[0])
+    assert len(calls) == -(-samples // 9600) > 1 and text
+    assert [c[0] for c in calls[:-1]] == [9600] * (len(calls) - 1)
+    assert len({c[1] for c in calls}) == 1                 # the same cache dict throughout
+    assert [c[2] for c in calls] == [False] * (len(calls) - 1) + [True]
+    assert all(c[3] == [0, 10, 5] for c in calls)
+
+
+def test_campplus_embedding_needs_no_fix(model_dir, dml_device, profile):
+    """cam++ (the ``spk_model``) uses only ops DirectML has: its embedding equals the
+    CPU's raw, and the shim, active, leaves it so (nothing intercepted)."""
+    ref = speaker_embedding(model_dir, "cpu")
+    raw = speaker_embedding(model_dir, dml_device)
+    dmlshim.activate()
+    try:
+        dmlshim.trace.reset()
+        got = speaker_embedding(model_dir, dml_device)
+        rows = dmlshim.report().rows
+    finally:
+        dmlshim.deactivate()
+    assert ref.shape == (1, 192) and ref.dtype == torch.float32 and ref.abs().sum() > 0
+    parity.assert_close(raw, ref, profile)
+    parity.assert_close(got, ref, profile)
+    assert rows == [], rows
+
+
+def test_example_script_speaker_labels(tmp_path, capsys, dml_device, profile):
+    """--spk-model random adds cam++ (and a random VAD, which spk_model needs): speaker
+    labels per sentence, equal to the CPU's; exit status 0."""
+    try:
+        status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
+                                         "--spk-model", "random", "--ncpu", "1",
+                                         "--cache-dir", str(tmp_path)])
+    finally:
+        dmlshim.deactivate()
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "NOTE: the campplus model has random weights" in out
+    assert "speaker per sentence: [" in out and f"within the '{profile}' profile" in out
+
+
+@pytest.mark.parametrize("kind", ["sensevoice", "paraformer-streaming"])
+def test_example_script_random_kind(kind, tmp_path, capsys, dml_device, profile):
+    try:
+        status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
+                                         "--model", f"random:{kind}", "--ncpu", "1",
+                                         "--cache-dir", str(tmp_path)])
+    finally:
+        dmlshim.deactivate()
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert f"--model random:{kind} is a {kind} model with RANDOM weights" in out
+    assert f"within the '{profile}' profile" in out
+
+
+def test_example_script_rejects_an_unknown_kind(capsys):
+    with pytest.raises(SystemExit) as info:
+        funasr_transcribe.parse_args(["--model", "random:conformer"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "random:conformer" in err and "random:sensevoice" in err
