@@ -96,33 +96,28 @@ def convolution(original, input, weight, bias, stride, padding, dilation, transp
                         output_padding, groups)
 
 
-def _accumulate64(reduce, self, dims, keepdim, dtype):
-    out_dtype = dtype or self.dtype
-    return reduce(self, dims, keepdim, dtype=torch.float64).to(out_dtype)
+def _float64_accumulated(reduce):
+    """(dim kernel, all-elements kernel) for ``reduce`` (sum or mean) accumulated in
+    float64 and rounded once to the result dtype; other inputs go to the CPU op."""
+    def floating(self, dtype):
+        return _floating(self) and (dtype is None or dtype.is_floating_point)
+
+    def over_dims(original, self, dim, keepdim=False, *, dtype=None):
+        if not floating(self, dtype):
+            return original(self, dim, keepdim, dtype=dtype)
+        dims = dim if dim else list(range(self.dim()))
+        return reduce(self, dims, keepdim, dtype=torch.float64).to(dtype or self.dtype)
+
+    def over_all(original, self, *, dtype=None):
+        if not floating(self, dtype):
+            return original(self, dtype=dtype)
+        return reduce(self, dtype=torch.float64).to(dtype or self.dtype)
+
+    return over_dims, over_all
 
 
-def sum_dim(original, self, dim, keepdim=False, *, dtype=None):
-    if not (_floating(self) and (dtype is None or dtype.is_floating_point)):
-        return original(self, dim, keepdim, dtype=dtype)
-    return _accumulate64(torch.sum, self, dim if dim else list(range(self.dim())), keepdim, dtype)
-
-
-def sum_all(original, self, *, dtype=None):
-    if not (_floating(self) and (dtype is None or dtype.is_floating_point)):
-        return original(self, dtype=dtype)
-    return torch.sum(self, dtype=torch.float64).to(dtype or self.dtype)
-
-
-def mean_dim(original, self, dim, keepdim=False, *, dtype=None):
-    if not (_floating(self) and (dtype is None or dtype.is_floating_point)):
-        return original(self, dim, keepdim, dtype=dtype)
-    return _accumulate64(torch.mean, self, dim if dim else list(range(self.dim())), keepdim, dtype)
-
-
-def mean_all(original, self, *, dtype=None):
-    if not (_floating(self) and (dtype is None or dtype.is_floating_point)):
-        return original(self, dtype=dtype)
-    return torch.mean(self, dtype=torch.float64).to(dtype or self.dtype)
+sum_dim, sum_all = _float64_accumulated(torch.sum)
+mean_dim, mean_all = _float64_accumulated(torch.mean)
 
 
 def softmax(original, self, dim, half_to_float):
