@@ -23,17 +23,21 @@ NAME = "compiled"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "device.cpp")
 
 
+def _search_path():
+    # ninja from pip lands next to the interpreter, which need not be on PATH.
+    path = os.environ.get("PATH", "")
+    scripts = sysconfig.get_path("scripts")
+    return path if not scripts or scripts in path.split(os.pathsep) else scripts + os.pathsep + path
+
+
 def missing_tools():
     """What the build needs and this machine lacks (names, empty if nothing)."""
-    # ninja from pip lands next to the interpreter, which need not be on PATH.
-    scripts = sysconfig.get_path("scripts")
-    if scripts and scripts not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    path = _search_path()
     compiler = "cl" if sys.platform == "win32" else os.environ.get("CXX", "c++")
     missing = []
-    if shutil.which(compiler) is None:
+    if shutil.which(compiler, path=path) is None:
         missing.append(f"a C++ compiler ({compiler!r} on PATH; MSVC Build Tools on Windows)")
-    if shutil.which("ninja") is None:
+    if shutil.which("ninja", path=path) is None:
         missing.append("ninja (pip install ninja)")
     return missing
 
@@ -53,6 +57,7 @@ def extension():
             f"machine lacks {' and '.join(missing)}. The shim itself (dmlshim.activate()) "
             f"needs neither; only the emulated device does.")
     from torch.utils import cpp_extension
+    os.environ["PATH"] = _search_path()    # torch runs ninja from PATH
     tag = torch.__version__.split("+")[0].replace(".", "_")
     return cpp_extension.load(name=f"dmlshim_emulation_torch{tag}", sources=[SOURCE],
                               extra_cflags=["-O2"], verbose=False)
