@@ -72,12 +72,12 @@ COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dmlshim",
-                                     description="Run real PyTorch models on DirectML with CPU-identical outputs.")
+                                     description="Run real PyTorch models on DirectML with the CPU's outputs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (help_, add_arguments, run) in COMMANDS.items():
+    for name, (help_, add_arguments, command) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         add_arguments(p)
-        p.set_defaults(run=run)
+        p.set_defaults(run=command)
     return parser
 
 

@@ -32,6 +32,7 @@ Usage::
 """
 import dataclasses
 import math
+import sys
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -105,7 +106,6 @@ def default_profile(device) -> Profile:
     Args:
         device: the device the results were computed on (``torch.device`` or str).
     """
-    import sys
     device = torch.device(device)
     if device.type == "cpu":
         return PROFILES["exact"]
