@@ -1,4 +1,4 @@
-"""dmlshim: make real PyTorch models run on DirectML with CPU-identical outputs.
+"""dmlshim: make real PyTorch models run on DirectML with the CPU's outputs (dmlshim.parity).
 
 Public API::
 
