@@ -24,6 +24,8 @@ paraformer-    ParaformerStreaming + SANMEncoderChunkOpt    paraformer-zh-stream
 streaming      + CifPredictorV2                             with a cache)
 campplus       CAMPPlus (FCM + CAM dense TDNN)              cam++ (speaker embeddings;
                                                             ``spk_model``)
+whisper        WhisperWarp (openai-whisper's Whisper) +     Whisper-large-v3 through FunASR
+               WhisperFrontend + WhisperTokenizer           (``size="real"``: tiny's widths)
 =============  ===========================================  =================================
 
 ``size="tiny"`` keeps the architecture and shrinks widths and depths so a
@@ -45,7 +47,7 @@ import tempfile
 from pathlib import Path
 
 KINDS = ("paraformer", "bicif", "seaco", "vad", "punc", "sensevoice",
-         "paraformer-streaming", "campplus")
+         "paraformer-streaming", "campplus", "whisper")
 SIZES = ("tiny", "real")
 
 # Transcripts of the bundled samples (examples/data), so their characters and
@@ -238,6 +240,26 @@ def _campplus_config():
             "frontend": None}
 
 
+def _whisper_config(size):
+    """funasr.models.whisper: openai-whisper's model with FunASR's log-mel frontend.
+
+    The multilingual tokenizer fixes the vocabulary (51865) and 30 s windows fix the
+    audio context (1500 frames); the widths and depths shrink, and tiny's text context
+    (64) caps a greedy decode at 32 tokens (whisper decodes up to n_text_ctx // 2).
+    """
+    tiny = size == "tiny"
+    width, layers = (32, 1) if tiny else (384, 4)  # "real": whisper-tiny's dimensions
+    dims = {"n_mels": 80, "n_vocab": 51865, "n_audio_ctx": 1500, "n_audio_state": width,
+            "n_audio_head": 4 if tiny else 6, "n_audio_layer": layers,
+            "n_text_ctx": 64 if tiny else 448,
+            "n_text_state": width, "n_text_head": 4 if tiny else 6, "n_text_layer": layers}
+    return {"model": "WhisperWarp", "model_conf": {"dims": dims},
+            "frontend": "WhisperFrontend", "frontend_conf": {"n_mels": 80, "do_pad_trim": True},
+            "tokenizer": "WhisperTokenizer",
+            "tokenizer_conf": {"language": None, "task": "transcribe", "is_multilingual": True,
+                               "num_languages": 99}}
+
+
 # SenseVoice's task tags: the decoder emits language, emotion, event and text-norm
 # tags first (inference() drops the first four tokens when aligning timestamps).
 _SENSEVOICE_TAGS = ["<|zh|>", "<|en|>", "<|NEUTRAL|>", "<|HAPPY|>", "<|Speech|>",
@@ -287,6 +309,8 @@ def model_config(kind, size="tiny"):
         return _punc_config(size), _token_list("tiny"), None
     if kind == "campplus":
         return _campplus_config(), None, None
+    if kind == "whisper":
+        return _whisper_config(size), None, None
     if kind == "sensevoice":  # tokens: what bpe.model is trained on
         return _sensevoice_config(size), _token_list("tiny"), 560
     tokens = _token_list(size)

@@ -155,3 +155,22 @@ def test_example_script_rejects_an_unknown_kind(capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "random:conformer" in err and "random:sensevoice" in err
+
+
+def test_whisper_fails_clearly(tmp_path, capsys, dml_device):
+    """Whisper cannot go to DirectML (a sparse buffer): exit status 3 and a message
+    naming the cause, not a traceback; the same model runs on the CPU."""
+    args = [str(AUDIO), "--model", "random:whisper", "--ncpu", "1", "--cache-dir", str(tmp_path)]
+    try:
+        status = funasr_transcribe.main(args + ["--device", "emulated", "--compare-cpu"])
+    finally:
+        dmlshim.deactivate()
+    err = capsys.readouterr().err
+    assert status == 3
+    assert "error: the whisper model cannot run on privateuseone:0: NotImplementedError" in err
+    assert "alignment_heads buffer as a sparse tensor" in err and "Traceback" not in err
+    try:
+        assert funasr_transcribe.main(args + ["--device", "cpu"]) == 0
+    finally:
+        dmlshim.deactivate()
+    assert "zh.wav: " in capsys.readouterr().out
