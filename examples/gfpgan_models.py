@@ -13,6 +13,18 @@ file (in the returned folder)         class, as ``GFPGANer`` / facexlib construc
 ``gfpgan/weights/parsing_parsenet.pth``          facexlib ``ParseNet(512, 512, 19)``
 ====================================  ===================================================
 
+``build(arch=...)`` picks GFPGANer's architecture (``ARCHS``): ``clean`` (GFPGAN v1.2,
+v1.3, v1.4: the file above) or ``RestoreFormer`` (``RestoreFormer()``, file
+``RestoreFormer.pth``). ``original`` (``GFPGANv1``) and ``bilinear`` (``GFPGANBilinear``,
+which in gfpgan 1.3.8 builds ``ResUpBlock`` from gfpganv1_arch) are left out: they call
+basicsr's compiled CUDA op ``fused_act``, which a DirectML machine cannot build
+(``NameError: name 'fused_act_ext' is not defined`` on the CPU too).
+:func:`realesrgan_file` adds a background upsampler's weights: the ``RRDBNet`` x2 that
+GFPGAN's ``inference_gfpgan.py`` uses (RealESRGAN_x2plus, 23 blocks, 16.7M parameters) at
+``size="real"``, or the same class with 1 block and 16 features at ``size="small"``:
+float16 convolutions on a CPU (and so on the emulated device) are about ten times slower
+than float32, and the real one takes minutes per image there.
+
 :func:`restorer` then builds a ``GFPGANer`` through its real loader: ``torch.load`` +
 strict ``load_state_dict`` of the GFPGAN file, and facexlib's ``init_detection_model`` /
 ``init_parsing_model``, which find their files in ``./gfpgan/weights`` (GFPGANer passes
@@ -55,6 +67,13 @@ from pathlib import Path
 import torch
 
 GFPGAN_FILE = "GFPGANv1Clean.pth"
+# GFPGANer(arch=...) -> the weight file build() writes for it
+ARCH_FILES = {"clean": GFPGAN_FILE, "RestoreFormer": "RestoreFormer.pth"}
+ARCHS = tuple(ARCH_FILES)
+ARCH_LABELS = {"clean": "v1.4 (clean)", "RestoreFormer": "RestoreFormer"}
+# GFPGANer archs that call basicsr's compiled CUDA ops (basicsr/ops/fused_act)
+CUDA_OP_ARCHS = ("original", "bilinear")
+REALESRGAN_FILE = "RealESRGAN_x2plus.pth"
 DETECTION_FILE = "gfpgan/weights/detection_Resnet50_Final.pth"
 PARSING_FILE = "gfpgan/weights/parsing_parsenet.pth"
 
@@ -75,19 +94,61 @@ def default_cache_dir():
     return Path(root) / "gfpgan"
 
 
-def build(cache_dir=None, *, seed=0):
-    """Write the three random-weight files (once per seed) and return their folder.
+def check_arch(arch):
+    """Raise ValueError naming the allowed architectures unless ``arch`` is one."""
+    if arch not in ARCH_FILES:
+        hint = (f" ('{arch}' needs basicsr's compiled CUDA ops, see the README)"
+                if arch in CUDA_OP_ARCHS else "")
+        raise ValueError(f"GFPGAN arch {arch!r}: allowed values are {', '.join(ARCHS)}{hint}")
+
+
+def build(cache_dir=None, *, seed=0, arch="clean"):
+    """Write the random-weight files for ``arch`` (once per seed) and return their folder.
 
     Args:
         cache_dir: parent folder; default :func:`default_cache_dir`.
         seed: ``torch.manual_seed`` for the random initialisation.
+        arch: one of ``ARCHS`` (GFPGANer's ``arch``).
     Returns:
         ``pathlib.Path`` of ``<cache_dir>/seed<seed>-<recipe>``; ``recipe`` hashes this
         file, so editing how the weights are made never reuses stale files.
+    Raises:
+        ValueError: an unknown ``arch``.
     """
+    check_arch(arch)
     recipe = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8]
     folder = Path(cache_dir or default_cache_dir()) / f"seed{seed}-{recipe}"
-    makers = {GFPGAN_FILE: _gfpgan_state, DETECTION_FILE: _detection_state, PARSING_FILE: _parsing_state}
+    makers = {ARCH_FILES[arch]: lambda: {"params_ema": gfpgan_net(arch=arch).state_dict()},
+              DETECTION_FILE: _detection_state, PARSING_FILE: _parsing_state}
+    _write(folder, makers, seed)
+    return folder
+
+
+# RRDBNet x2 arguments: "real" = RealESRGAN_x2plus as inference_gfpgan.py builds it
+RRDB_SIZES = {"real": {"num_feat": 64, "num_block": 23, "num_grow_ch": 32},
+              "small": {"num_feat": 16, "num_block": 1, "num_grow_ch": 8}}
+
+
+def realesrgan_file(folder, *, size="small", seed=0):
+    """Write ``RealESRGAN_x2plus-<size>.pth`` (random :func:`realesrgan_net` under
+    ``params_ema``, as the release file) into ``folder`` once; return its path."""
+    name = REALESRGAN_FILE.replace(".pth", f"-{size}.pth")
+    _write(Path(folder), {name: lambda: {"params_ema": realesrgan_net(size).state_dict()}}, seed)
+    return Path(folder) / name
+
+
+def realesrgan_net(size="small"):
+    """basicsr's ``RRDBNet`` x2 (``size``: a key of ``RRDB_SIZES``), random weights from
+    the current seed, initialised by basicsr's own code."""
+    from basicsr.archs.rrdbnet_arch import RRDBNet
+
+    if size not in RRDB_SIZES:
+        raise ValueError(f"RRDBNet size {size!r}: allowed values are {', '.join(RRDB_SIZES)}")
+    return RRDBNet(num_in_ch=3, num_out_ch=3, scale=2, **RRDB_SIZES[size]).eval()
+
+
+def _write(folder, makers, seed):
+    """Write each ``name: make()`` state into ``folder`` unless present (atomically)."""
     for name, make in makers.items():
         path = folder / name
         if not path.exists():
@@ -98,16 +159,60 @@ def build(cache_dir=None, *, seed=0):
             tmp = path.with_suffix(".tmp")
             torch.save(state, tmp)
             os.replace(tmp, path)        # a crash never leaves a half-written file behind
-    return folder
 
 
-def restorer(folder, device, *, upscale=2):
-    """``gfpgan.GFPGANer`` for the files in ``folder`` (from :func:`build`) on ``device``."""
+def restorer(folder, device, *, upscale=2, arch="clean", bg_upsampler=None):
+    """``gfpgan.GFPGANer`` for the files in ``folder`` (from :func:`build`) on ``device``.
+
+    ``bg_upsampler``: e.g. :func:`background_upsampler`'s RealESRGANer, or None.
+    """
     from gfpgan import GFPGANer
 
+    check_arch(arch)
     with working_folder(folder):
-        return GFPGANer(model_path=str(Path(folder, GFPGAN_FILE).resolve()), upscale=upscale,
-                        arch="clean", channel_multiplier=2, device=device)
+        gfpganer = GFPGANer(model_path=str(Path(folder, ARCH_FILES[arch]).resolve()),
+                            upscale=upscale, arch=arch, channel_multiplier=2,
+                            bg_upsampler=bg_upsampler, device=device)
+    return gfpganer
+
+
+def background_upsampler(device, *, half, folder=None, model_path=None, size="small", tile=400):
+    """``realesrgan.RealESRGANer`` x2 as inference_gfpgan.py builds it (``tile`` pixels per
+    tile, 0 = no tiling; ``tile_pad`` 10, ``pre_pad`` 0; ``half``: model and input in
+    float16), on ``device``.
+
+    Weights: ``model_path`` (a RealESRGAN_x2plus .pth or its release URL; ``size`` must
+    then be "real"), else random ones of ``size`` written into ``folder``.
+    """
+    from realesrgan import RealESRGANer
+
+    path = model_path or str(realesrgan_file(folder, size=size))
+    upsampler = RealESRGANer(scale=2, model_path=path, model=realesrgan_net(size), tile=tile,
+                             tile_pad=10, pre_pad=0, half=half, device=device)
+    if half:
+        upsampler.pre_process = _pad_in_float32(upsampler)
+    return upsampler
+
+
+def _pad_in_float32(upsampler):
+    """``pre_process`` that pads the input in float32 and then casts it to float16.
+
+    RealESRGANer always reflection-pads its float16 input, and torch 2.4.1's CPU has no
+    float16 ``reflection_pad2d`` ("not implemented for 'Half'"), so the CPU, and the
+    emulated device, which computes with the CPU's kernels, fail where DirectML has a
+    native kernel (routing table: DML_KERNEL). Padding only copies values, so padding
+    before the cast gives the very same float16 tensor.
+    """
+    original = upsampler.pre_process
+
+    def pre_process(img):
+        upsampler.half = False
+        try:
+            original(img)
+        finally:
+            upsampler.half = True
+        upsampler.img = upsampler.img.half()
+    return pre_process
 
 
 @contextlib.contextmanager
@@ -121,18 +226,16 @@ def working_folder(folder):
         os.chdir(previous)
 
 
-def _gfpgan_state():
-    return {"params_ema": gfpgan_net().state_dict()}
-
-
-def gfpgan_net(out_size=512):
-    """``GFPGANv1Clean`` with the arguments ``GFPGANer(arch="clean", channel_multiplier=2)``
-    uses (gfpgan/utils.py), random weights from the current seed, noise strengths 0.1."""
+def gfpgan_net(out_size=512, arch="clean"):
+    """The network ``GFPGANer(arch=arch, channel_multiplier=2)`` builds (gfpgan/utils.py),
+    random weights from the current seed, StyleGAN2 noise strengths 0.1."""
+    if arch == "RestoreFormer":
+        from gfpgan.archs.restoreformer_arch import RestoreFormer
+        return RestoreFormer().eval()
     from gfpgan.archs.gfpganv1_clean_arch import GFPGANv1Clean
-
     net = GFPGANv1Clean(out_size=out_size, num_style_feat=512, channel_multiplier=2,
-                        decoder_load_path=None, fix_decoder=False, num_mlp=8, input_is_latent=True,
-                        different_w=True, narrow=1, sft_half=True)
+                        decoder_load_path=None, fix_decoder=False, num_mlp=8,
+                        input_is_latent=True, different_w=True, narrow=1, sft_half=True)
     return strengthen_noise(net).eval()
 
 

@@ -20,6 +20,15 @@ what the CPU computes, but the "restored" face is noise. With ``--model`` (a GFP
 v1.4 ``.pth`` file or its release URL) the weights are real; gfpgan and facexlib then
 download the detector and parser weights into ``./gfpgan/weights`` on first use.
 
+``--arch`` picks GFPGANer's architecture: ``clean`` (GFPGAN v1.2/v1.3/v1.4) or
+``RestoreFormer`` (``original`` and ``bilinear`` need basicsr's compiled CUDA ops: see
+the README).
+``--bg-upsampler realesrgan`` upscales the background with Real-ESRGAN, as GFPGAN's
+``inference_gfpgan.py`` does: ``RealESRGANer`` with an RRDBNet x2, tiles of ``--bg-tile``
+pixels, and ``half=True`` (float16) on a GPU, DirectML included, as that script sets it;
+``--bg-half off`` turns it off. Random weights use a small RRDBNet (1 block): float16 on
+the CPU, hence on the emulated device, is about ten times slower than float32.
+
 ``--compare-cpu`` repeats the run on the CPU with the same seed and prints the parity
 figures (max pixel difference, PSNR; dmlshim.parity); the exit status is 1 if they fall
 outside the tolerance profile: ``exact`` on the emulated device (it runs the CPU's own
@@ -59,6 +68,16 @@ def parse_args(argv=None):
                         help="auto = dmlshim.select_device() (CUDA > DirectML > ...), or the emulated "
                              "DirectML device when there is no GPU; emulated = dmlshim's emulated "
                              "DirectML device, computing on the CPU (default: %(default)s)")
+    parser.add_argument("--arch", choices=("clean", "RestoreFormer"), default="clean",
+                        help="GFPGANer architecture (default: %(default)s = GFPGAN v1.2-v1.4; "
+                             "'original' and 'bilinear' need basicsr's CUDA ops, not offered)")
+    parser.add_argument("--bg-upsampler", choices=("none", "realesrgan"), default="none",
+                        help="background upsampler (default: %(default)s)")
+    parser.add_argument("--bg-tile", type=int, default=400,
+                        help="Real-ESRGAN tile size in pixels, 0 = no tiling (default: %(default)s)")
+    parser.add_argument("--bg-half", choices=("auto", "on", "off"), default="auto",
+                        help="Real-ESRGAN in float16: auto = on for a GPU/DirectML device, as "
+                             "inference_gfpgan.py does; the CPU comparison uses the same setting")
     parser.add_argument("--upscale", type=int, default=2, help="output scale (default: %(default)s)")
     parser.add_argument("--aligned", action="store_true",
                         help="inputs are already aligned face crops (skips detection and paste-back)")
@@ -72,7 +91,10 @@ def parse_args(argv=None):
     parser.add_argument("--tolerance", choices=sorted(parity.PROFILES),
                         help="parity profile for --compare-cpu (default: exact on the "
                              "emulated device with CPU numerics, device otherwise)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.bg_tile < 0:
+        parser.error(f"--bg-tile must be 0 (no tiling) or a positive size, got {args.bg_tile}")
+    return args
 
 
 def pick_device(name):
@@ -91,13 +113,31 @@ def pick_device(name):
     return dmlshim.select_device(name)
 
 
-def load_restorer(model, device, upscale):
-    """A ``gfpgan.GFPGANer`` on ``device``: real weights from ``model``, else random ones."""
-    if model is None:
-        import gfpgan_models
-        return gfpgan_models.restorer(gfpgan_models.build(), device, upscale=upscale)
+REALESRGAN_URL = "https://github.com/xinntao/Real-ESRGAN/releases/download/v0.2.1/RealESRGAN_x2plus.pth"
+
+
+def load_upsampler(args, device, half):
+    """RealESRGANer on ``device`` for ``--bg-upsampler realesrgan``, else None."""
+    if args.bg_upsampler == "none":
+        return None
+    import gfpgan_models
+    if args.model is None:
+        return gfpgan_models.background_upsampler(device, half=half, folder=gfpgan_models.build(),
+                                                  tile=args.bg_tile)
+    return gfpgan_models.background_upsampler(device, half=half, model_path=REALESRGAN_URL,
+                                              size="real", tile=args.bg_tile)
+
+
+def load_restorer(args, device, half):
+    """A ``gfpgan.GFPGANer`` on ``device``: real weights from ``--model``, else random ones."""
+    import gfpgan_models
+    upsampler = load_upsampler(args, device, half)
+    if args.model is None:
+        return gfpgan_models.restorer(gfpgan_models.build(arch=args.arch), device,
+                                      upscale=args.upscale, arch=args.arch, bg_upsampler=upsampler)
     from gfpgan import GFPGANer
-    return GFPGANer(model_path=model, upscale=upscale, arch="clean", channel_multiplier=2, device=device)
+    return GFPGANer(model_path=args.model, upscale=args.upscale, arch=args.arch,
+                    channel_multiplier=2, bg_upsampler=upsampler, device=device)
 
 
 def restore(restorer, image, *, aligned, seed):
@@ -125,8 +165,12 @@ def main(argv=None):
     if args.model is None:
         print("weights: RANDOM (no --model given). The pipeline runs for real, "
               "but the restored faces are noise.")
-    restorer = load_restorer(args.model, device, args.upscale)
-    cpu_restorer = load_restorer(args.model, torch.device("cpu"), args.upscale) if args.compare_cpu else None
+    half = args.bg_half == "on" or (args.bg_half == "auto" and device.type != "cpu")
+    if args.bg_upsampler != "none":
+        print(f"background: Real-ESRGAN x2, tile {args.bg_tile or 'off'}, "
+              f"{'float16' if half else 'float32'}")
+    restorer = load_restorer(args, device, half)
+    cpu_restorer = load_restorer(args, torch.device("cpu"), half) if args.compare_cpu else None
 
     profile = parity.profile(args.tolerance or parity.default_profile(device))
     args.output.mkdir(parents=True, exist_ok=True)
