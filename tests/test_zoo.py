@@ -1,0 +1,31 @@
+"""examples/zoo.py: the compatibility table, on two FunASR families (fast)."""
+import dmlshim
+
+import zoo  # examples/, on sys.path via conftest.py
+
+
+def test_zoo_table_rows_and_markdown(tmp_path, capsys, dml_device, profile):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\n{zoo.BEGIN}\nold table\n{zoo.END}\n\nafter\n", encoding="utf-8")
+    try:
+        status = zoo.main(["--only", "SenseVoice", "Whisper", "--markdown", str(readme),
+                           "--cache-dir", str(tmp_path)])
+    finally:
+        dmlshim.deactivate()
+    out = capsys.readouterr().out
+    assert status == 0, out
+    text = readme.read_text(encoding="utf-8")
+    assert "old table" not in text and text.startswith("# title") and text.endswith("after\n")
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| " + " | ".join(zoo.HEADER) + " |"
+    sensevoice, whisper = rows[1].split(" | "), rows[2].split(" | ")
+    # SenseVoice: fails raw (a CPU mask indexing a device tensor), the shim sends that
+    # assignment to the CPU, and the transcripts equal the CPU's within the profile
+    assert sensevoice[0] == "| SenseVoiceSmall"
+    assert sensevoice[1].startswith("`RuntimeError: ") and "sense_voice/model.py" in sensevoice[1]
+    assert "`Tensor.__setitem__` cpu=" in sensevoice[2]
+    assert "0 token edit(s)" in sensevoice[3]
+    assert " s / " in sensevoice[4]
+    # Whisper: a clear failure, raw and with the shim
+    assert whisper[1].startswith("`NotImplementedError: ") and whisper[2].startswith("does not fix it")
+    assert f"parity profile '{profile}'" in text
