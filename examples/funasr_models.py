@@ -26,6 +26,8 @@ campplus       CAMPPlus (FCM + CAM dense TDNN)              cam++ (speaker embed
                                                             ``spk_model``)
 whisper        WhisperWarp (openai-whisper's Whisper) +     Whisper-large-v3 through FunASR
                WhisperFrontend + WhisperTokenizer           (``size="real"``: tiny's widths)
+emotion2vec    Emotion2vec (data2vec audio encoder, ALiBi)  emotion2vec_plus_base (9 emotion
+               + a linear head over 9 emotion labels        labels)
 =============  ===========================================  =================================
 
 ``size="tiny"`` keeps the architecture and shrinks widths and depths so a
@@ -47,7 +49,7 @@ import tempfile
 from pathlib import Path
 
 KINDS = ("paraformer", "bicif", "seaco", "vad", "punc", "sensevoice",
-         "paraformer-streaming", "campplus", "whisper")
+         "paraformer-streaming", "campplus", "whisper", "emotion2vec")
 SIZES = ("tiny", "real")
 
 # Transcripts of the bundled samples (examples/data), so their characters and
@@ -260,6 +262,55 @@ def _whisper_config(size):
                                "num_languages": 99}}
 
 
+# emotion2vec_plus's labels (tokens.json), in its order
+_EMOTIONS = ["生气/angry", "厌恶/disgusted", "恐惧/fearful", "开心/happy", "中立/neutral",
+             "其他/other", "难过/sad", "吃惊/surprised", "<unk>"]
+
+
+def _emotion2vec_config(size):
+    """emotion2vec_plus_base's layout (data2vec 2.0 audio encoder on the raw waveform);
+    tiny: 32-wide convolutions and blocks, 2 layers; real: 512 / 768, 8 layers."""
+    tiny = size == "tiny"
+    conv, dim, depth, heads = (32, 32, 2, 4) if tiny else (512, 768, 8, 12)
+    audio = {
+        "type": "AUDIO", "prenet_depth": 1 if tiny else 4, "prenet_layerdrop": 0.0,
+        "prenet_dropout": 0.0, "start_drop_path_rate": 0.0, "end_drop_path_rate": 0.0,
+        "num_extra_tokens": 10, "init_extra_token_zero": True, "mask_noise_std": 0.01,
+        "mask_prob_min": None, "mask_prob": 0.5, "inverse_mask": False,
+        "mask_prob_adjust": 0.05, "keep_masked_pct": 0.0, "mask_length": 5,
+        "add_masks": False, "remove_masks": False, "mask_dropout": 0.0,
+        "encoder_zero_mask": True, "mask_channel_prob": 0.0, "mask_channel_length": 64,
+        "ema_local_encoder": False, "local_grad_mult": 1.0, "use_alibi_encoder": True,
+        "alibi_scale": 1.0, "learned_alibi": False, "alibi_max_pos": None,
+        "learned_alibi_scale": True, "learned_alibi_scale_per_head": True,
+        "learned_alibi_scale_per_layer": False, "num_alibi_heads": heads,
+        "model_depth": depth, "decoder": None, "extractor_mode": "layer_norm",
+        "feature_encoder_spec": f"[({conv}, 10, 5)] + [({conv}, 3, 2)] * 4 + [({conv},2,2)]"
+                                f" + [({conv},2,2)]",
+        "conv_pos_width": 95, "conv_pos_groups": heads, "conv_pos_depth": 1 if tiny else 5,
+        "conv_pos_pre_ln": False}
+    model_conf = {
+        "loss_beta": 0.0, "loss_scale": None, "depth": depth, "start_drop_path_rate": 0.0,
+        "end_drop_path_rate": 0.0, "num_heads": heads, "norm_eps": 1e-05,
+        "norm_affine": True, "encoder_dropout": 0.1, "post_mlp_drop": 0.1,
+        "attention_dropout": 0.1, "activation_dropout": 0.0, "dropout_input": 0.0,
+        "layerdrop": 0.0, "embed_dim": dim, "mlp_ratio": 4.0, "layer_norm_first": False,
+        "average_top_k_layers": depth, "end_of_block_targets": False, "clone_batch": 1,
+        "layer_norm_target_layer": False, "batch_norm_target_layer": False,
+        "instance_norm_target_layer": True, "instance_norm_targets": False,
+        "layer_norm_targets": False, "ema_decay": 0.999, "ema_same_dtype": True,
+        "log_norms": True, "ema_end_decay": 0.99999, "ema_anneal_end_step": 20000,
+        "ema_encoder_only": False, "max_update": 100000, "extractor_mode": "layer_norm",
+        "shared_decoder": None, "min_target_var": 0.1, "min_pred_var": 0.01,
+        "supported_modality": "AUDIO", "mae_init": False, "seed": 1, "skip_ema": False,
+        "cls_loss": 1.0, "recon_loss": 0.0, "d2v_loss": 1.0, "decoder_group": False,
+        "adversarial_training": False, "adversarial_hidden_dim": 128,
+        "adversarial_weight": 0.1, "cls_type": "chunk", "normalize": True,
+        "project_dim": None, "modalities": {"audio": audio}}
+    return {"model": "Emotion2vec", "model_conf": model_conf, "frontend": None,
+            "tokenizer": "CharTokenizer", "tokenizer_conf": {"unk_symbol": "<unk>"}}
+
+
 # SenseVoice's task tags: the decoder emits language, emotion, event and text-norm
 # tags first (inference() drops the first four tokens when aligning timestamps).
 _SENSEVOICE_TAGS = ["<|zh|>", "<|en|>", "<|NEUTRAL|>", "<|HAPPY|>", "<|Speech|>",
@@ -311,6 +362,8 @@ def model_config(kind, size="tiny"):
         return _campplus_config(), None, None
     if kind == "whisper":
         return _whisper_config(size), None, None
+    if kind == "emotion2vec":
+        return _emotion2vec_config(size), _EMOTIONS, None
     if kind == "sensevoice":  # tokens: what bpe.model is trained on
         return _sensevoice_config(size), _token_list("tiny"), 560
     tokens = _token_list(size)
@@ -338,7 +391,8 @@ def _build_module(config, tokens, model_dir):
         kwargs["vocab_size"] = spm.SentencePieceProcessor(
             model_file=str(model_dir / "bpe.model")).get_piece_size()
     model_class = tables.model_classes.get(kwargs["model"])
-    return model_class(**{**kwargs.pop("model_conf", {}), **kwargs})
+    # as AutoModel.build_model: model_conf merged in, and kept (Emotion2vec reads it whole)
+    return model_class(**{**kwargs.get("model_conf", {}), **kwargs})
 
 
 def write_model_dir(model_dir, kind, size="tiny", seed=0):

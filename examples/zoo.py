@@ -110,8 +110,28 @@ def funasr_families(cache, profile):
                _funasr("seaco", cache, vad_model="vad", punc_model="punc",
                        spk_model="campplus"), figures),
         Family("Whisper (funasr.models.whisper)", _funasr("whisper", cache), figures),
+        Family("emotion2vec (utterance emotion scores)", _emotion2vec(cache),
+               lambda a, e: _scores(a, e, profile)),
     ]
     return families
+
+
+def _emotion2vec(cache):
+    """emotion2vec through AutoModel: the 9 emotion scores of each file, (files, 9) float."""
+    import funasr_models
+
+    def setup(device):
+        model = funasr_models.auto_model(funasr_models.build("emotion2vec", cache_dir=cache),
+                                         device, 1)
+        return lambda: torch.tensor([
+            model.generate(str(path), granularity="utterance", extract_embedding=False)[0]["scores"]
+            for path in AUDIO])
+    return setup
+
+
+def _scores(actual, expected, profile):
+    figures = parity.compare(actual, expected, profile)
+    return f"{len(expected)} files, scores: {figures}", figures.ok
 
 
 # ---------------------------------------------------------------- GFPGAN

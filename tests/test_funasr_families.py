@@ -1,5 +1,6 @@
 """FunASR's other model families on the DirectML device: SenseVoiceSmall, the streaming
-Paraformer (chunked, with a cache), cam++ speaker labels; tiny random weights.
+Paraformer (chunked, with a cache), cam++ speaker labels, emotion2vec, Whisper; tiny
+random weights.
 
 Real funasr code throughout (examples/funasr_models.py builds the model directories,
 ``AutoModel`` loads them); each family first fails raw on the device where DirectML
@@ -9,7 +10,8 @@ the session's profile (exact on the emulator, "device" under GPU numerics).
 Where each raw failure comes from (funasr 1.4.16): SenseVoice's timestamp pass does
 ``logits[pred == blank, blank] = 0`` with a CPU mask on a device tensor
 (sense_voice/model.py:1054); the streaming Paraformer's CIF does float64 arithmetic,
-which most DirectML GPUs lack (failure_modes.md #7). cam++ needs no fix.
+which most DirectML GPUs lack (failure_modes.md #7). cam++ and emotion2vec need no fix;
+Whisper cannot be moved to DirectML (a sparse buffer, failure_modes.md #30).
 """
 from pathlib import Path
 
@@ -174,3 +176,29 @@ def test_whisper_fails_clearly(tmp_path, capsys, dml_device):
     finally:
         dmlshim.deactivate()
     assert "zh.wav: " in capsys.readouterr().out
+
+
+def emotion_scores(model_dir, device):
+    """emotion2vec's 9 utterance scores of AUDIO (labels, float64 list on the CPU side)."""
+    res = load(model_dir, "emotion2vec", device).generate(
+        str(AUDIO), granularity="utterance", extract_embedding=False)[0]
+    return res["labels"], torch.tensor(res["scores"])
+
+
+def test_emotion2vec_needs_no_fix(model_dir, dml_device, profile):
+    """emotion2vec uses only ops DirectML has: its scores equal the CPU's raw, and with
+    the shim, which intercepts nothing."""
+    labels, ref = emotion_scores(model_dir, "cpu")
+    _, raw = emotion_scores(model_dir, dml_device)
+    dmlshim.activate()
+    try:
+        dmlshim.trace.reset()
+        _, got = emotion_scores(model_dir, dml_device)
+        rows = dmlshim.report().rows
+    finally:
+        dmlshim.deactivate()
+    assert labels == funasr_models._EMOTIONS and ref.shape == (9,)
+    assert abs(float(ref.sum()) - 1) < 1e-5          # a softmax over the 9 labels
+    parity.assert_close(raw, ref, profile)
+    parity.assert_close(got, ref, profile)
+    assert rows == [], rows
