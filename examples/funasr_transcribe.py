@@ -88,6 +88,13 @@ def parse_args(argv=None):
     if args.model and args.model.startswith("random") and random_kind(args.model) is None:
         p.error(f"--model {args.model}: allowed random kinds are "
                 + ", ".join(f"random:{k}" for k in RANDOM_KINDS))
+    extras = [f"--{name.replace('_', '-')}" for name in ("vad_model", "punc_model", "spk_model")
+              if getattr(args, name)]
+    if args.model == "random:paraformer-streaming" and extras:
+        # FunASR streams a bare model chunk by chunk; AutoModel's VAD/punctuation/speaker
+        # pipeline takes whole files only
+        p.error(f"--model random:paraformer-streaming streams chunk by chunk and takes no "
+                f"{', '.join(extras)}: those work with the offline models only")
     if args.ncpu < 1:
         p.error(f"--ncpu must be at least 1, got {args.ncpu}")
     return args

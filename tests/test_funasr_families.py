@@ -151,12 +151,16 @@ def test_example_script_random_kind(kind, tmp_path, capsys, dml_device, profile)
     assert f"within the '{profile}' profile" in out
 
 
-def test_example_script_rejects_an_unknown_kind(capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "random:conformer"], "allowed random kinds are random:paraformer"),
+    (["--model", "random:paraformer-streaming", "--spk-model", "random"],
+     "streams chunk by chunk and takes no --spk-model"),
+])
+def test_example_script_rejects_bad_models(argv, message, capsys):
     with pytest.raises(SystemExit) as info:
-        funasr_transcribe.parse_args(["--model", "random:conformer"])
+        funasr_transcribe.parse_args(argv)
     assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert "random:conformer" in err and "random:sensevoice" in err
+    assert message in capsys.readouterr().err
 
 
 def test_whisper_fails_clearly(tmp_path, capsys, dml_device):
