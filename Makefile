@@ -34,7 +34,8 @@ test: setup
 	$(PY) -m pytest -q
 	# The real-model tests, examples included, again with GPU-like rounding: results are
 	# then held to dmlshim.parity's "device" profile, as on a real GPU.
-	DMLSHIM_TEST_NUMERICS=gpu $(PY) -m pytest -q tests/test_funasr.py tests/test_gfpgan.py tests/test_numerics.py
+	DMLSHIM_TEST_NUMERICS=gpu $(PY) -m pytest -q tests/test_funasr.py tests/test_funasr_families.py \
+	    tests/test_gfpgan.py tests/test_gfpgan_families.py tests/test_numerics.py
 	if $(PY) -c "import sys; from dmlshim.emulation import _python_api as p; sys.exit(not p.available())"; \
 	then DMLSHIM_EMULATION_BINDING=python $(PY) -m pytest -q tests/test_emulation.py; fi
 
