@@ -27,8 +27,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from . import _backend, _state, localized
-from . import gpu_numerics
+from . import _backend, _state, gpu_numerics, localized
 from .routing import route
 from .rules import FatalDirectMLError, Rule, default_rules
 
@@ -71,9 +70,10 @@ def install() -> torch.device:
 
 
 def binding() -> Optional[str]:
-    """How the device is bound to torch: ``"python"`` (torch's Python PrivateUse1
-    API, torch >= 2.5), ``"compiled"`` (a C++ extension: torch 2.4.1, or forced by
-    ``DMLSHIM_EMULATION_BINDING``), or ``None`` before :func:`install`."""
+    """How the device is bound to torch: ``"compiled"`` (a C++ extension, the default
+    on every torch), ``"python"`` (torch's Python PrivateUse1 API: torch >= 2.5
+    without a C++ toolchain, or forced by ``DMLSHIM_EMULATION_BINDING``), or ``None``
+    before :func:`install`."""
     return _backend.binding.NAME if _backend.binding is not None else None
 
 

@@ -1,6 +1,6 @@
-"""The emulated device bound through a C++ extension (torch 2.4.1, torch-directml's pin).
+"""The emulated device bound through a C++ extension (the default on every torch).
 
-torch 2.4.1 has no Python PrivateUse1 backend API, so ``csrc/device.cpp``
+torch 2.4.1, torch-directml's pin, has no Python PrivateUse1 backend API, so ``csrc/device.cpp``
 registers the allocator, hooks, device guard and a boxed fallback in C++, and
 gives zero-copy aliases between the CPU and the device (``at::from_blob``).
 The routing and quirk policy stays in Python: on an op's first call the C++

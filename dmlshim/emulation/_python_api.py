@@ -8,8 +8,9 @@ Each move costs about 1.5 µs and copies nothing. Kernels reach Python through
 one boxed fallback (``Library.fallback``).
 
 torch 2.4.1 has none of this (no ``Library.fallback``, no
-``_setup_privateuseone_for_python_backend``, DLPack refuses kDLExtDev):
-:mod:`._compiled` binds the device there.
+``_setup_privateuseone_for_python_backend``, DLPack refuses kDLExtDev), and
+:mod:`._compiled` is faster where both exist, so this binding serves only torch
+>= 2.5 without a C++ toolchain (``_backend.select_binding``).
 """
 import ctypes
 
