@@ -98,6 +98,10 @@ _MARKERS = [
     ("not enough GPU video memory", 0x8007000E),
 ]
 _FATAL_TEXTS = ("could not allocate tensor", "out of memory")
+# torch's own argument-device checks: CUDA raises them too, so they are the caller's
+# error, not DirectML's; a CPU retry would turn them into a later, stranger failure.
+_ARGUMENT_DEVICE_TEXTS = ("expected all tensors to be on the same device",
+                          "argument should be a 1d cpu int64 tensor")
 _UNKNOWN_ERROR = re.compile(r"Unknown error (-?\d+)")   # WSL/Linux rendering (#28)
 _HEX = re.compile(r"0x([0-9A-Fa-f]{8})\b")
 
@@ -197,7 +201,10 @@ def classify(exc: BaseException) -> str:
     other ``RuntimeError``/``NotImplementedError`` from the backend, the
     ``UnicodeDecodeError`` of Note A). ``"fatal"``: DirectML-class but a CPU
     retry would hide the real problem (out of memory, device removed/hung/reset).
-    ``"other"``: not a DirectML error (TypeError, ValueError, ...).
+    ``"other"``: not a DirectML error (TypeError, ValueError, ..., and torch's own
+    argument-device checks that CUDA raises too: "Expected all tensors to be on the
+    same device", pack_padded_sequence's "'lengths' argument should be a 1D CPU
+    int64 tensor").
     """
     if isinstance(exc, DirectMLError):
         return RETRY if exc.retryable else FATAL
@@ -210,8 +217,11 @@ def classify(exc: BaseException) -> str:
             return FATAL
         text = str(exc)
         h = recognise(text)
-        if (h and not h.retryable) or any(t in text.casefold() for t in _FATAL_TEXTS):
+        folded = text.casefold()
+        if (h and not h.retryable) or any(t in folded for t in _FATAL_TEXTS):
             return FATAL
+        if any(t in folded for t in _ARGUMENT_DEVICE_TEXTS):
+            return OTHER
         return RETRY
     return OTHER
 

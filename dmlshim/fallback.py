@@ -10,9 +10,11 @@
 3. arguments the op mutated (in-place ops and ``out=``; detected by their version
    counter) are written back into the original device tensors, and a result that *is*
    such an argument comes back as the original object;
-4. dtypes are kept (``dtype_map`` may map a result dtype, e.g. float64 -> float32 for
+4. outputs the op returns on the CPU on every device stay there (``CPU_OUTPUTS``:
+   ``PackedSequence.batch_sizes``);
+5. dtypes are kept (``dtype_map`` may map a result dtype, e.g. float64 -> float32 for
    a device without float64);
-5. results that alias a CPU copy (view ops) are refused with a clear error: a view of a
+6. results that alias a CPU copy (view ops) are refused with a clear error: a view of a
    temporary copy would silently stop aliasing the device tensor.
 
 Copies use differentiable ``Tensor.to``, so autograd flows back to device tensors.
@@ -28,6 +30,10 @@ import torch
 
 from . import trace
 from .trace import tensors_in  # noqa: F401  (re-exported: auto, rnn and tests use fallback.tensors_in)
+
+# Outputs an op returns on the CPU on every device (index in its result tuple): they
+# stay there after a CPU retry.  PackedSequence.batch_sizes must be a CPU tensor.
+CPU_OUTPUTS: Dict[str, tuple] = {"_pack_padded_sequence": (1,)}
 
 _busy: contextvars.ContextVar = contextvars.ContextVar("dmlshim_busy", default=False)
 
@@ -93,11 +99,14 @@ def _device_in(obj: Any, target: Optional[str]) -> Optional[torch.device]:
 
 def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op: str = "",
                device: Optional[torch.device] = None,
-               dtype_map: Optional[Dict[torch.dtype, torch.dtype]] = None) -> Any:
+               dtype_map: Optional[Dict[torch.dtype, torch.dtype]] = None,
+               stay: Optional[Callable[[torch.Tensor], bool]] = None) -> Any:
     """Call ``func(*args, **kwargs)`` with its tensors on the CPU; return its results
     on ``device`` (default: the first non-CPU tensor argument's device).
 
-    Bytes copied are added to the current call's stats (``trace.moved``).
+    ``stay(result)`` True keeps that CPU result on the CPU (``dmlshim.islands``: a
+    dtype the device cannot hold, or a view of a CPU island).  Bytes copied are added
+    to the current call's stats (``trace.moved``).
 
     Raises:
         RuntimeError: the op returned a view of a CPU copy (see module docstring).
@@ -149,8 +158,8 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
                 return x
             if id(x) in written:
                 return written[id(x)]
-            if id(x) in on_cpu:                # a CPU argument returned as is stays put
-                return x
+            if id(x) in on_cpu or (stay is not None and x.is_cpu and stay(x)):
+                return x                       # a CPU argument returned as is stays put
             if x.numel() and _storage_ptr(x) in copied_storages:
                 raise RuntimeError(
                     f"dmlshim: cannot run the view op {op or getattr(func, '__name__', func)} on the "
@@ -162,7 +171,9 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
             h2d += x.numel() * (dtype or x.dtype).itemsize
             return x.to(device) if dtype is None else x.to(device=device, dtype=dtype)
 
-        result = tree_map(back, out)
+        keep = CPU_OUTPUTS.get(op or getattr(func, "__name__", ""), ()) if isinstance(out, tuple) else ()
+        result = tree_map(back, out) if not keep else type(out)(
+            x if i in keep else tree_map(back, x) for i, x in enumerate(out))
     trace.moved(h2d=h2d, d2h=d2h)
     return result
 

@@ -8,6 +8,8 @@ device) is counted under its op name (the patched entry point, e.g. ``torch.cat`
 ``coerce``      arguments were fixed on the device (e.g. a bool mask cast to float)
 ``drop-empty``  empty inputs were dropped on the device (no transfer)
 ``cpu``         ran on the CPU and the results came back (bytes are counted)
+``island``      made or read a dtype the device cannot hold: ran on the CPU, results of
+                that dtype stayed there (``dmlshim.islands``), the others came back
 ``error``       the call raised
 
 Tracing (``DMLSHIM_TRACE``) adds one record per call: on logger ``dmlshim`` at INFO
@@ -31,7 +33,7 @@ import torch
 
 logger = logging.getLogger("dmlshim")
 
-ACTIONS = ("pass", "coerce", "drop-empty", "cpu", "error")
+ACTIONS = ("pass", "coerce", "drop-empty", "cpu", "island", "error")
 
 
 @dataclass

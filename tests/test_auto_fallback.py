@@ -389,3 +389,44 @@ def test_auto_parity_over_random_ops_with_injected_failures(shim, data, profile)
     assert got.device == dev
     parity.assert_close(got.cpu(), want, profile)
     assert bool(auto.failures()) == bool(failing)     # the injected failures were met
+
+
+# ---------------------------------------------------------------- op contracts (issue 12)
+
+def _packed_inputs(dev):
+    g = torch.Generator().manual_seed(0)
+    x, gru = torch.randn(3, 5, 4, generator=g), torch.nn.GRU(4, 6, batch_first=True)
+    return x, gru, x.to(dev), torch.nn.GRU(4, 6, batch_first=True).to(dev).requires_grad_(False)
+
+
+def test_device_lengths_raise_as_on_cuda(shim, dml_device):
+    # CUDA refuses lengths on the device; the shim must not retry that on the CPU and
+    # hand back a PackedSequence whose batch_sizes then fail in the GRU.
+    from torch.nn.utils.rnn import pack_padded_sequence
+    x = torch.randn(3, 5, 4).to(dml_device)
+    lengths = torch.tensor([5, 3, 2]).to(dml_device)
+    for fallback in (None, "auto"):
+        if fallback:
+            shim(fallback)
+        with pytest.raises(RuntimeError, match="'lengths' argument should be a 1D CPU int64 tensor"):
+            pack_padded_sequence(x, lengths, batch_first=True)
+
+
+@pytest.mark.emulated_only
+def test_cpu_retry_keeps_batch_sizes_on_the_cpu(shim, dml_device, profile):
+    from torch.nn.utils.rnn import pack_padded_sequence
+    x, gru, x_dev, gru_dev = _packed_inputs(dml_device)
+    gru_dev.load_state_dict(gru.state_dict())
+    lengths = torch.tensor([5, 3, 2])
+    expected = gru(pack_padded_sequence(x, lengths, batch_first=True))[1]
+    # an invented failure inside the composite op: the whole call is retried on the CPU
+    with emulation.configured(rules=[emulation.Rule("cat", source="invented")], extend=True):
+        with pytest.raises(RuntimeError, match="The parameter is incorrect"):
+            pack_padded_sequence(x_dev, lengths, batch_first=True)
+        shim("auto")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            packed = pack_padded_sequence(x_dev, lengths, batch_first=True)
+        assert packed.data.device == dml_device and packed.batch_sizes.device.type == "cpu"
+        got = gru_dev(packed)[1]
+    parity.assert_close(got.cpu(), expected, profile)

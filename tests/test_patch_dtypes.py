@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import devices, parity
+from dmlshim import devices, islands, parity
 from dmlshim.patches import dtypes as dtypes_patch
 
 
@@ -57,11 +57,15 @@ CALLS = {
 
 
 @pytest.mark.parametrize("name", list(CALLS))
-def test_float64_ops_compute_on_cpu_and_return_float32(shim, dml_device, no_float64, name, profile):
+def test_float64_ops_compute_on_cpu_as_islands(shim, dml_device, no_float64, name, profile):
     x = torch.rand(2, 9, generator=torch.Generator().manual_seed(0))
-    expected = CALLS[name](x).to(torch.float32)            # float64 math, then float32
+    expected = CALLS[name](x)                              # float64 math on the CPU
     got = CALLS[name](x.to(dml_device))
-    assert got.device == dml_device and got.dtype == torch.float32
+    assert got.dtype == expected.dtype
+    if expected.dtype == torch.float64:                    # computed float64: a CPU island
+        assert islands.is_island(got) and islands.home(got) == dml_device and got.is_cpu
+    else:                                                  # FunASR's .to(float32): back on the device
+        assert got.device == dml_device and not islands.is_island(got)
     parity.assert_close(got.cpu(), expected, profile)
 
 
@@ -90,12 +94,19 @@ def test_double_model_to_device(shim, dml_device, no_float64, profile):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.complex64])
-def test_bf16_and_complex_stopped_before_transfer(shim, dml_device, dtype):
-    with pytest.raises(TypeError, match="DirectML aborts the process"):
-        torch.ones(2, dtype=dtype).to(dml_device)
-    with pytest.raises(TypeError, match="model.float"):
-        torch.ones(2).to(dml_device, dtype)
+def test_bf16_and_complex_transfers_become_islands(shim, dml_device, dtype):
+    for y in (torch.ones(2, dtype=dtype).to(dml_device), torch.ones(2).to(dml_device, dtype)):
+        assert islands.is_island(y) and islands.home(y) == dml_device and y.dtype == dtype
+        assert torch.equal(y, torch.ones(2, dtype=dtype))
     assert torch.ones(2, dtype=dtype).to("cpu").dtype == dtype       # CPU moves are untouched
+    assert not islands.is_island(torch.ones(2, dtype=dtype).to("cpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.complex64])
+def test_bf16_and_complex_parameters_are_refused(shim, dml_device, dtype):
+    # an island parameter would leave the module's weights on the CPU: say so now
+    with pytest.raises(TypeError, match="model.float"):
+        torch.nn.Linear(2, 2).to(dtype).to(dml_device)
 
 
 @pytest.mark.emulated_only
@@ -112,7 +123,7 @@ def test_autograd_through_float64_fallback(shim, dml_device, no_float64, profile
     xd = x.to(dml_device).requires_grad_()
     xc = x.clone().requires_grad_()
     (torch.cumsum(xd, 1, dtype=torch.float64) * torch.arange(5).to(dml_device)).sum().backward()
-    (torch.cumsum(xc, 1, dtype=torch.float64).float() * torch.arange(5)).sum().backward()
+    (torch.cumsum(xc, 1, dtype=torch.float64) * torch.arange(5)).sum().backward()
     parity.assert_close(xd.grad.cpu(), xc.grad, profile)
 
 

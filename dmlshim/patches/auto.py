@@ -49,7 +49,8 @@ from typing import Dict, Optional
 
 import torch
 
-from .. import errors, fallback, trace
+from .. import errors, fallback, islands, trace
+from . import dtypes
 from ._wrap import Context, Guard, PatchSet
 
 __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
@@ -58,6 +59,7 @@ __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forge
 _CATCH = (RuntimeError, NotImplementedError, UnicodeDecodeError)
 _ALL = "*"                    # memo entry: every signature of the op goes to the CPU
 _MAX_SIGNATURES = 256         # per op; past this the whole op is sent to the CPU
+_SPECIAL = islands.SPECIAL    # a dtype= among these may make a CPU island (patches/dtypes.py)
 
 # Left alone: device transfers (a CPU retry would move the result back to the
 # device), metadata that DirectML cannot fail, torch's own dispatch helpers
@@ -171,6 +173,10 @@ def uninstall() -> None:
 def _make_wrapper(op: str, func, memo: set):
     """The wrapper of ``func`` (unbound for ``Tensor`` methods)."""
     def wrapper(*args, **kwargs):
+        if kwargs and kwargs.get("dtype") in _SPECIAL:
+            home = _island_home(args, kwargs)
+            if home is not None:                # dtype= a dtype the device cannot hold
+                return dtypes.run_creator(func, args, kwargs, home, op=op)
         if memo and _remembered(memo, args, kwargs):
             return _cpu(op, func, args, kwargs)
         try:
@@ -195,6 +201,13 @@ def guard(owner, name: str, op: str) -> Guard:
     memo = _memo.setdefault(op, set())
     return Guard(memo, _CATCH, functools.partial(_remembered, memo), functools.partial(_cpu, op),
                  functools.partial(_failed, op, memo=memo))
+
+
+def _island_home(args, kwargs):
+    ctx = _ctx
+    if ctx is None or not ctx.active or fallback.busy():
+        return None
+    return dtypes.creates(kwargs, args, ctx.target)
 
 
 def _signature(args, kwargs):

@@ -1,18 +1,33 @@
-"""dtypes DirectML cannot hold or compute.
+"""dtypes DirectML cannot hold: complex, bfloat16, and float64 on most GPUs.
 
-* **float64**: most consumer GPUs under DirectML have none: ``RuntimeError: The GPU
-  device does not support Double (Float64) operations!`` (DirectML#430, #396, #438,
-  #699; failure_modes.md #7).  When ``devices.has_float64_support(device)`` is False:
-  - ``Tensor.to(device)`` (and so ``Module.to(device)``) of float64 gives float32,
-    with one warning per process;
-  - an op asked to compute in float64 (``dtype=torch.float64``, e.g. FunASR
-    Paraformer's ``torch.cumsum(alphas, 1, dtype=torch.float64)``) computes in float64
-    on the CPU and returns **float32** on the device (action ``cpu``).
-* **bfloat16 / complex**: moving such a tensor to DirectML aborts the process
-  (``Invalid or unsupported data type``; DirectML#688, #421, #704; failure_modes.md
-  #8, #9).  ``Tensor.to(device)`` raises ``TypeError`` before the transfer instead.
-  Policy: no silent cast, because a bf16 -> fp16 cast can overflow; convert
-  explicitly (``model.float()`` or ``.half()``).
+* **complex / bfloat16**: creating such a tensor on DirectML aborts the process
+  (``[F dml_util.cc:118] Invalid or unsupported data type``; DirectML#688, #421,
+  #704; failure_modes.md #8, #9).
+* **float64**: most consumer GPUs have none: ``The GPU device does not support
+  Double (Float64) operations!`` (DirectML#430, #396, #438, #699; failure_modes.md
+  #7); it counts only where ``devices.has_float64_support(device)`` is False.
+
+This patch wraps the entry points that *create* such values from device tensors and
+runs them under the CPU-island rule (``dmlshim.islands``): the value is computed on
+the CPU and stays there as an island; what is later computed from it in a holdable
+dtype goes back to the device.  The creators:
+
+* ops that make complex values from real ones: ``torch.fft.*``, ``torch.stft``,
+  ``torch.complex``, ``torch.polar``, ``torch.view_as_complex``,
+  ``torch.linalg.eig``/``eigvals``;
+* casts: ``Tensor.to/type/view(dtype)``, ``.cfloat() .cdouble() .bfloat16()
+  .double()``; ``torch.float_power`` (always float64);
+* a ``dtype=`` argument (``torch.cumsum(alphas, 1, dtype=torch.float64)`` in FunASR's
+  CIF predictor, ``torch.zeros(..., dtype=torch.complex64, device=dml)``): the
+  reduction and softmax ops below take it positionally too; every other entry point
+  is checked for the keyword by the ``auto`` patch (:func:`creates`).
+
+Transfers are the one place float64 is cast rather than kept on the CPU:
+``Tensor.to(device)`` (and so ``Module.to``) of a float64 tensor gives float32 on
+the device, with one warning, so a model whose buffers were saved in float64 still
+runs on the GPU.  A bfloat16/complex tensor moved to the device becomes an island,
+except a ``Parameter``, which raises ``TypeError``: a module whose weights stayed on
+the CPU would fail later with a device mismatch; convert it (``model.float()``).
 """
 from __future__ import annotations
 
@@ -20,16 +35,30 @@ import warnings
 
 import torch
 
-from .. import devices, fallback
+from .. import devices, fallback, islands
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
 
-UNSUPPORTED = frozenset({torch.bfloat16, torch.complex32, torch.complex64, torch.complex128})
-_SPECIAL = UNSUPPORTED | {torch.float64}
+UNSUPPORTED = islands.NEVER_HELD                # kept: the name older code imports
+_SPECIAL = islands.SPECIAL
 
-# ops that take a ``dtype=`` to compute in (torch.* and Tensor.*)
+# ops that take a ``dtype=`` (also positionally) to compute in
 _DTYPE_OPS = ("cumsum", "cumprod", "sum", "nansum", "mean", "prod", "softmax", "log_softmax")
+# (owner, names) whose results are complex (or float64) whatever their arguments
+_FFT_REAL = ("fftfreq", "rfftfreq", "fftshift", "ifftshift")
+
+
+def _complex_makers():
+    fft = [(torch.fft, n) for n, f in vars(torch.fft).items()
+           if not n.startswith("_") and callable(f) and n not in _FFT_REAL
+           and type(f).__name__ == "builtin_function_or_method"]
+    return fft + [(torch._VF, "stft"), (torch, "complex"), (torch, "polar"),
+                  (torch, "view_as_complex"), (torch.linalg, "eig"), (torch.linalg, "eigvals"),
+                  (torch, "float_power"), (torch.Tensor, "float_power"),
+                  (torch.Tensor, "cfloat"), (torch.Tensor, "cdouble"), (torch.Tensor, "bfloat16"),
+                  (torch.Tensor, "double")]
+
 
 _warned_float64 = False
 
@@ -50,8 +79,26 @@ def _parse_to(args, kwargs):
     return (None if device is None else torch.device(device)), dtype
 
 
+def _requested_dtype(args, kwargs):
+    """A dtype asked for positionally or as ``dtype=``, else None."""
+    dtype = kwargs.get("dtype") if kwargs else None
+    if dtype is None:
+        for a in args:
+            if type(a) is torch.dtype:
+                return a
+            if isinstance(a, str) and a.startswith("torch.") and a.endswith("Tensor"):
+                return _TYPE_NAMES.get(a[6:])           # Tensor.type("torch.DoubleTensor")
+    return dtype
+
+
+_TYPE_NAMES = {"DoubleTensor": torch.float64, "BFloat16Tensor": torch.bfloat16,
+               "ComplexFloatTensor": torch.complex64, "ComplexDoubleTensor": torch.complex128}
+
+
+# ---------------------------------------------------------------- Tensor.to
+
 def _to_select(ctx: Context):
-    target, special, dtype_type = ctx.target, _SPECIAL, torch.dtype
+    special, dtype_type = _SPECIAL, torch.dtype
 
     def select(self, args, kwargs):
         if self.dtype not in special:
@@ -61,59 +108,145 @@ def _to_select(ctx: Context):
             else:
                 if not kwargs or kwargs.get("dtype") not in special:
                     return False               # the fast path: nearly every call
-        device, dtype = _parse_to((self, *args), kwargs)
-        return device is not None and device.type == target and (dtype or self.dtype) in special
+        device, _ = _parse_to((self, *args), kwargs)
+        if device is None:                     # a cast where the tensor is
+            return ctx.on_target(self) or islands.is_island(self)
+        return device.type == ctx.target
     return select
 
 
 def _to_handle(func, args, kwargs):
     self = args[0]
     device, dtype = _parse_to(args, kwargs)
+    home = device if device is not None else (islands.home(self) or self.device)
     dtype = dtype or self.dtype
-    if dtype in UNSUPPORTED:
-        raise TypeError(
-            f"dmlshim: a {str(dtype).replace('torch.', '')} tensor cannot go to {device}: DirectML "
-            "aborts the process on this dtype (DirectML#688, #421; failure_modes.md #8, #9). "
-            "Convert first, e.g. x.float() / model.float() (or .half()), or keep it on the CPU.")
-    if devices.has_float64_support(device):
+    if islands.holdable(dtype, home):
         return "pass", func(*args, **kwargs)
+    options = {k: kwargs[k] for k in ("memory_format",) if k in kwargs}
+    if device is not None and self.is_cpu and dtype is torch.float64:
+        _warn_float64(home)                    # a transfer: weights, buffers, inputs
+        options.update((k, kwargs[k]) for k in ("non_blocking", "copy") if k in kwargs)
+        return "coerce", func(self, home, torch.float32, **options)
+    if isinstance(self, torch.nn.Parameter) and not islands.is_island(self):
+        raise TypeError(
+            f"dmlshim: a {str(dtype).replace('torch.', '')} parameter cannot go to {home}: DirectML "
+            "aborts the process on this dtype (DirectML#688, #421; failure_modes.md #8, #9). "
+            "Convert the model first, e.g. model.float() (or .half()).")
+
+    def cast(t):                               # on the CPU: the island's own copy
+        return t.to(dtype, **options) if t.dtype is not dtype else t.view_as(t)
+    return "island", islands.run(cast, (self,), {}, home, op="Tensor.to", traced=False)
+
+
+def _warn_float64(device):
     global _warned_float64
     if not _warned_float64:
         _warned_float64 = True
         warnings.warn(f"dmlshim: {device} has no float64 (DirectML#430; failure_modes.md #7): "
                       "float64 tensors moved there become float32 (warned once)", RuntimeWarning,
                       stacklevel=5)
-    options = {k: kwargs[k] for k in ("non_blocking", "copy", "memory_format") if k in kwargs}
-    return "coerce", func(self, device, torch.float32, **options)
+
+
+# ---------------------------------------------------------------- creators
+
+def _island(func, args, kwargs, home):
+    return islands.run(func, args, kwargs, home, traced=False)
+
+
+def _creator_handle(makes_special: bool):
+    """``makes_special``: the op's result is complex/float64 whatever it is asked."""
+    def handle(func, args, kwargs):
+        home = fallback.device_of(args, kwargs, _target)
+        dtype = _requested_dtype(args[1:] if args else args, kwargs)
+        if makes_special or (dtype is not None and not islands.holdable(dtype, home)):
+            if makes_special and not _needs_island(func, home):
+                return "pass", func(*args, **kwargs)
+            return "island", _island(func, args, kwargs, home)
+        return "pass", func(*args, **kwargs)
+    return handle
+
+
+def _needs_island(func, home) -> bool:
+    # float64 makers are fine on a device with float64; complex/bf16 never are
+    name = getattr(func, "__name__", "")
+    return name not in ("double", "float_power") or not devices.has_float64_support(home)
 
 
 def _dtype_select(ctx: Context):
-    target, float64, Tensor = ctx.target, torch.float64, torch.Tensor
+    special, dtype_type, target = _SPECIAL, torch.dtype, ctx.target
 
     def select(instance, args, kwargs):
-        if not kwargs or kwargs.get("dtype") is not float64:
+        if not kwargs or kwargs.get("dtype") not in special:
             for a in args:
-                if a is float64:
+                if type(a) is dtype_type and a in special:
                     break
             else:
-                return False                   # the fast path: no float64 requested
-        x = instance if isinstance(instance, Tensor) else (args[0] if args else kwargs.get("input"))
-        return (isinstance(x, Tensor) and not x.is_cpu and x.device.type == target
-                and not devices.has_float64_support(x.device))
+                return False                   # the fast path: no special dtype requested
+        return fallback.device_of((instance, args), kwargs, target) is not None
     return select
 
 
-def _dtype_handle(func, args, kwargs):
-    return "cpu", fallback.run_on_cpu(func, args, kwargs, dtype_map={torch.float64: torch.float32})
+def _type_select(ctx: Context):
+    """``Tensor.type(dtype)`` or ``Tensor.type("torch.DoubleTensor")``."""
+    special, target = _SPECIAL, ctx.target
+
+    def select(self, args, kwargs):
+        return (_requested_dtype(args, kwargs) in special and not self.is_cpu
+                and self.device.type == target)
+    return select
+
+
+def _island_select(ctx: Context):
+    """Any tensor argument (self included) on the target device."""
+    target = ctx.target
+
+    def select(instance, args, kwargs):
+        if isinstance(instance, torch.Tensor):
+            return not instance.is_cpu and instance.device.type == target
+        return fallback.device_of(args, kwargs, target) is not None
+    return select
+
+
+def creates(kwargs: dict, args: tuple, target: str):
+    """The device whose island a call with ``dtype=`` in ``kwargs`` makes, else None.
+
+    For the ``auto`` patch's wrappers (every entry point): called only when
+    ``kwargs["dtype"]`` is a special dtype.  The device is the first target-device
+    tensor argument's, or a ``device=`` argument of the target type (factories)."""
+    home = fallback.device_of(args, kwargs, target)
+    if home is None and kwargs.get("device") is not None:
+        device = torch.device(kwargs["device"])
+        home = device if device.type == target else None
+    if home is None or islands.holdable(kwargs["dtype"], home):
+        return None
+    return home
+
+
+def run_creator(func, args, kwargs, home, *, op: str = ""):
+    """Run a factory or op asked for ``dtype=`` a special dtype as an island of ``home``."""
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device="cpu")
+    return islands.run(func, args, kwargs, home, op=op)
+
+
+_target = "privateuseone"
 
 
 def install(ctx: Context) -> None:
+    global _target
+    _target = ctx.target
     _patches.intercept(ctx, torch.Tensor, "to", _to_handle, select=_to_select(ctx))
-    select = _dtype_select(ctx)
+    dtype_select = _dtype_select(ctx)
     for name in _DTYPE_OPS:
         for owner in (torch, torch.Tensor):
             if hasattr(owner, name):
-                _patches.intercept(ctx, owner, name, _dtype_handle, select=select)
+                _patches.intercept(ctx, owner, name, _creator_handle(False), select=dtype_select)
+    _patches.intercept(ctx, torch.Tensor, "view", _creator_handle(False), select=dtype_select)
+    _patches.intercept(ctx, torch.Tensor, "type", _creator_handle(False), select=_type_select(ctx))
+    island_select = _island_select(ctx)
+    for owner, name in _complex_makers():
+        if hasattr(owner, name):
+            _patches.intercept(ctx, owner, name, _creator_handle(True), select=island_select)
 
 
 def uninstall() -> None:

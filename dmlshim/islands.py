@@ -1,0 +1,222 @@
+"""CPU islands: values whose dtype DirectML cannot hold live on the CPU.
+
+DirectML cannot hold complex or bfloat16 tensors: creating one aborts the process
+(``[F dml_util.cc:118] Invalid or unsupported data type``; failure_modes.md #8, #9;
+DirectML#421, #688, #704), and most consumer GPUs compute no float64 (#7;
+DirectML#430).  Audio models make complex values on the device all the time
+(``torch.stft``, ``torch.fft``, ``torch.complex`` before ``istft``).
+
+The rule (docs/internals.md, "CPU islands"):
+
+1. An op that would *create* such a tensor from device tensors runs on the CPU and
+   its result stays there, as an :class:`Island`: a CPU tensor (``x.device`` is
+   ``cpu``, ``x.is_cpu`` is True) that remembers its ``home`` device.  The creating
+   entry points are wrapped by ``dmlshim/patches/dtypes.py``.
+2. Any later op that touches an island runs on the CPU (``Island.__torch_function__``;
+   the island's device tensors are copied there).  Results of a dtype the home
+   device cannot hold, and views of an island, stay islands; every other result (a
+   magnitude, a log-mel, an ``istft`` waveform) goes to the home device.
+
+Islands are tracked by type, so the rule stays narrow: two ordinary tensors on
+different devices still raise as they do on CUDA.  An island made from a device
+tensor is a CPU copy of it, so a write to the island does not reach the device
+tensor (torch-directml would have aborted instead).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import devices, fallback, trace
+
+__all__ = ["Island", "CPUIslandWarning", "is_island", "home", "holdable", "unholdable", "mark",
+           "run"]
+
+# DirectML aborts on these (failure_modes.md #8, #9) whatever the adapter.
+NEVER_HELD = frozenset({torch.bfloat16, torch.complex32, torch.complex64, torch.complex128})
+SPECIAL = NEVER_HELD | {torch.float64}       # float64 too, on devices without float64 (#7)
+
+
+class CPUIslandWarning(UserWarning):
+    """An op made a value DirectML cannot hold; it ran on the CPU (once per op)."""
+
+
+class Island(torch.Tensor):
+    """A CPU tensor standing in for a device tensor of a dtype the device cannot hold.
+
+    ``home(x)`` gives the device it stands in for.  Every op that touches an island
+    runs on the CPU; its results of holdable dtypes go to ``home`` (module docstring).
+    """
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _METADATA:                 # shape, dtype, device ...: no copies
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        if _asks_for_cpu(func, args, kwargs):   # x.cpu(), x.to("cpu"): a plain CPU tensor
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **kwargs)
+                return out.as_subclass(torch.Tensor) if isinstance(out, Island) else out
+        origin = _first_island(args, kwargs)
+        if origin is None:                    # another subclass brought us here
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        return run(func, args, kwargs, origin._dmlshim_home)
+
+
+_METADATA = frozenset(getattr(torch.Tensor, n).__get__ for n in (
+    "shape", "dtype", "device", "is_cpu", "ndim", "requires_grad", "is_leaf", "layout",
+    "names", "is_sparse", "is_quantized", "is_meta", "is_cuda", "grad_fn", "_version")
+    if hasattr(torch.Tensor, n)) | frozenset(
+    getattr(torch.Tensor, n) for n in ("dim", "size", "numel", "stride", "is_floating_point",
+                                       "is_complex", "element_size", "__len__", "__repr__",
+                                       "__format__", "data_ptr", "storage_offset", "tolist",
+                                       "item", "numpy", "is_contiguous", "__hash__", "backward",
+                                       "register_hook", "retain_grad", "requires_grad_",
+                                       "__bool__", "__int__", "__float__", "__index__")
+    if hasattr(torch.Tensor, n))
+
+
+def _asks_for_cpu(func, args, kwargs) -> bool:
+    name = getattr(func, "__name__", "")
+    if name == "cpu":
+        return True
+    if name != "to":
+        return False
+    device = kwargs.get("device")
+    for a in args[1:]:
+        if isinstance(a, (str, torch.device)):
+            device = a
+    return device is not None and torch.device(device).type == "cpu"
+
+
+def is_island(x: Any) -> bool:
+    """True for a CPU island (see module docstring)."""
+    return isinstance(x, Island)
+
+
+def home(x: torch.Tensor) -> Optional[torch.device]:
+    """The device an island stands in for; None for any other tensor."""
+    return getattr(x, "_dmlshim_home", None) if isinstance(x, Island) else None
+
+
+def unholdable(device: torch.device) -> frozenset:
+    """The dtypes ``device`` cannot hold: complex and bfloat16 on DirectML, plus
+    float64 where ``devices.has_float64_support(device)`` is False."""
+    if device.type != "privateuseone":
+        return frozenset()
+    return NEVER_HELD if devices.has_float64_support(device) else SPECIAL
+
+
+def holdable(dtype: torch.dtype, device: torch.device) -> bool:
+    return dtype not in unholdable(device)
+
+
+def mark(t: torch.Tensor, device: torch.device) -> Island:
+    """``t`` (a CPU tensor) as an island of ``device``; an island already is kept as is
+    (an in-place op returns its own ``self``).  Zero-copy; autograd history is kept."""
+    if not isinstance(t, Island):
+        with torch._C.DisableTorchFunctionSubclass():
+            t = t.as_subclass(Island)
+    if getattr(t, "_dmlshim_home", None) is None:
+        t._dmlshim_home = torch.device(device)
+    return t
+
+
+def run(func: Callable, args: tuple, kwargs: dict, device: torch.device, *, op: str = "",
+        traced: bool = True) -> Any:
+    """Run ``func(*args, **kwargs)`` on the CPU under the island rule for ``device``.
+
+    Device tensors are copied to the CPU once (``fallback.run_on_cpu``: in-place and
+    ``out=`` writes go back, autograd flows).  Results of a dtype ``device`` cannot
+    hold, and results that alias an island argument, become islands; the others go to
+    ``device``.  Inside the shim's own CPU work (``fallback.busy()``) nothing moves.
+    Counted in ``dmlshim.report()`` under ``op`` with action ``island``; one
+    :class:`CPUIslandWarning` per op.  ``traced=False``: the caller records the call.
+    """
+    device = torch.device(device)
+    op = op or _op_name(func)
+    if fallback.busy():
+        return _run(func, args, kwargs, device, nested=True)
+    _warn_once(op, device)
+    if not traced:
+        return _run(func, args, kwargs, device)
+    return trace.call(op, lambda f, a, k: ("island", _run(f, a, k, device)), func, args, kwargs)
+
+
+def _run(func, args, kwargs, device, nested=False):
+    cannot = unholdable(device)
+    island_storages = {_storage(t) for t in trace.tensors_in((args, kwargs)) if isinstance(t, Island)}
+    plain_cpu = {id(t) for t in trace.tensors_in((args, kwargs))
+                 if t.is_cpu and not isinstance(t, Island)}
+
+    def stays(t: torch.Tensor) -> bool:
+        return nested or t.dtype in cannot or (t.numel() > 0 and _storage(t) in island_storages)
+
+    with torch._C.DisableTorchFunctionSubclass():
+        out = fallback.run_on_cpu(func, args, kwargs, device=device, stay=stays)
+
+    def wrap(x):
+        if (isinstance(x, torch.Tensor) and x.is_cpu and id(x) not in plain_cpu
+                and (isinstance(x, Island) or stays(x))):
+            return mark(x, device)
+        return x
+    return fallback.tree_map(wrap, out)
+
+
+def _first_island(args, kwargs) -> Optional[Island]:
+    for t in trace.tensors_in((args, kwargs)):
+        if isinstance(t, Island) and getattr(t, "_dmlshim_home", None) is not None:
+            return t
+    return None
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return -1
+
+
+def _op_name(func) -> str:
+    name = getattr(func, "__name__", None) or type(func).__name__
+    qual = getattr(func, "__qualname__", "") or ""
+    if qual.startswith(("TensorBase.", "Tensor.")) or getattr(func, "__objclass__", None) is not None:
+        return f"Tensor.{name}"
+    module = (getattr(func, "__module__", None) or "torch").replace("torch.nn.functional", "F")
+    return f"{module}.{name}" if module != "torch._C._VariableFunctions" else f"torch.{name}"
+
+
+_warned: set = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(op: str, device: torch.device) -> None:
+    with _warned_lock:
+        if op in _warned:
+            return
+        _warned.add(op)
+    warnings.warn(f"dmlshim: {op} makes or reads a value {device} cannot hold (complex, bfloat16"
+                  f"{'' if devices.has_float64_support(device) else ', float64'}; failure_modes.md "
+                  "#7-#9): it runs on the CPU, results of those dtypes stay there as CPU islands "
+                  "and the others go to the device (warned once per op)", CPUIslandWarning,
+                  stacklevel=_caller_level())
+
+
+_SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules[__package__]))
+
+
+def _caller_level() -> int:
+    """``stacklevel`` of the first frame outside dmlshim and torch: the user's line."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_SKIP_DIRS):
+        level += 1
+        frame = frame.f_back
+    return level
