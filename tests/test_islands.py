@@ -190,3 +190,33 @@ def test_cpu_gives_a_plain_tensor(shim, dml_device):
     for plain in (spec.cpu(), spec.to("cpu"), spec.to(device="cpu", dtype=torch.complex128)):
         assert type(plain) is torch.Tensor and plain.is_complex()
     assert torch.equal(spec.cpu(), spec.to("cpu"))
+
+
+def vocos_head(mag, p, window):
+    """Vocos' ISTFTHead: a Python complex scalar makes the spectrum."""
+    x, y = torch.cos(p), torch.sin(p)
+    spec = mag * (x + 1j * y)
+    return torch.istft(spec, N_FFT, HOP, window=window)
+
+
+@pytest.mark.emulated_only
+def test_without_shim_complex_scalar_aborts(dml_device):
+    from dmlshim import emulation
+    dmlshim.deactivate()
+    with pytest.raises(emulation.FatalDirectMLError):
+        torch.ones(3).to(dml_device) * 1j
+
+
+def test_complex_scalar_arithmetic_makes_an_island(shim, dml_device, profile):
+    g = torch.Generator().manual_seed(4)
+    mag, p = torch.rand(1, N_FFT // 2 + 1, 10, generator=g), torch.randn(1, N_FFT // 2 + 1, 10, generator=g)
+    window = torch.hann_window(N_FFT)
+    expected = vocos_head(mag, p, window)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", islands.CPUIslandWarning)
+        got = vocos_head(mag.to(dml_device), p.to(dml_device), window.to(dml_device))
+        x = torch.ones(3).to(dml_device)
+        for z in (x * 1j, 1j * x, x + 2j, 2j - x, x / 1j, torch.add(x, 1j)):
+            assert islands.is_island(z) and z.is_complex()
+    assert got.device == dml_device
+    parity.assert_close(got.cpu(), expected, profile)

@@ -87,15 +87,26 @@ def _to_cpu(x, originals):
 
 
 def _to_dev(x, originals):
-    """CPU results -> device: an alias of an argument is that argument."""
+    """CPU results -> device: an alias of an argument is that argument.
+
+    DirectML allocates every result itself, so a result of a dtype it cannot hold
+    (complex, bfloat16: ``x * 1j``) is the process abort of failure_modes.md #8, #9."""
     if isinstance(x, Tensor):
         original = originals.get(id(x))
         if original is not None:
             return original
-        return to_device(x) if x.is_cpu else x
+        if not x.is_cpu:
+            return x
+        if x.dtype in _ABORT_DTYPES:
+            from .rules import FatalDirectMLError, fatal_dtype_message  # rules imports us
+            raise FatalDirectMLError(fatal_dtype_message(dtype=x.dtype))
+        return to_device(x)
     if isinstance(x, (list, tuple)):
         return type(x)([_to_dev(y, originals) for y in x])
     return x
+
+
+_ABORT_DTYPES = frozenset([torch.bfloat16, torch.complex32, torch.complex64, torch.complex128])
 
 
 def run_on_cpu(op, args, kwargs, kernel=None):

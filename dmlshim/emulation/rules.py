@@ -22,7 +22,8 @@ op                               DirectML does                                  
 ``cat`` (and ``stack``)          an empty input: "The parameter is incorrect."  #19 #20
 native math on float64           "The GPU device does not support Double..."    #7 #25
 ``rsub.Scalar`` (``1.0 - x``)    the same: the Python float becomes a Double    #7
-bf16/complex on the device       :class:`FatalDirectMLError` (process abort)    #8 #9
+bf16/complex on the device       :class:`FatalDirectMLError` (process abort;    #8 #9
+                                 also any op result of those dtypes, _backend)
 a CPU tensor in a DML kernel     "unbox expects Dml at::Tensor as inputs"       #10
 ===============================  =============================================  ======
 
@@ -205,7 +206,8 @@ def _unsupported_dtype(*args, **kwargs):
     return device is None or torch.device(device).type != "cpu"  # _to_copy to the CPU is fine
 
 
-def _fatal_dtype_message(*args, **kwargs):
+def fatal_dtype_message(*args, **kwargs):
+    """The text of DirectML's abort for the dtype an op asks for or makes."""
     dtype = _requested_dtype(*args, **kwargs)
     if dtype is None:  # a complex-producing op: complex64 unless its input is double
         inputs = _tensors(args, kwargs)
@@ -256,11 +258,11 @@ def default_rules():
                     "(workaround: `-x + 1.0`)"),
         Rule(("empty.memory_format", "empty_strided", "_to_copy", "view.dtype"),
              when=_unsupported_dtype,
-             error=FatalDirectMLError, message=_fatal_dtype_message,
+             error=FatalDirectMLError, message=fatal_dtype_message,
              source="failure_modes.md #8, #9; microsoft/DirectML#688, #421, #704 "
                     "(process abort)"),
         Rule(("_fft_r2c", "_fft_c2c", "view_as_complex", "complex", "polar"),
-             error=FatalDirectMLError, message=_fatal_dtype_message,
+             error=FatalDirectMLError, message=fatal_dtype_message,
              source="failure_modes.md #9: a complex result cannot live on DirectML "
                     "(torch.stft, even with return_complex=False)"),
         Rule(_takes_dml_tensors_only, when=_cpu_operand,

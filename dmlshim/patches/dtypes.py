@@ -15,6 +15,7 @@ dtype goes back to the device.  The creators:
 * ops that make complex values from real ones: ``torch.fft.*``, ``torch.stft``,
   ``torch.complex``, ``torch.polar``, ``torch.view_as_complex``,
   ``torch.linalg.eig``/``eigvals``;
+* arithmetic with a Python complex scalar (``x + 1j * y``; ``*`` is the mul patch's);
 * casts: ``Tensor.to/type/view(dtype)``, ``.cfloat() .cdouble() .bfloat16()
   .double()``; ``torch.float_power`` (always float64);
 * a ``dtype=`` argument (``torch.cumsum(alphas, 1, dtype=torch.float64)`` in FunASR's
@@ -229,6 +230,37 @@ def run_creator(func, args, kwargs, home, *, op: str = ""):
     return islands.run(func, args, kwargs, home, op=op)
 
 
+# arithmetic with a Python complex scalar makes a complex tensor (the mul patch
+# handles * itself, on its own hot entry points)
+_SCALAR_OPS = ((torch.Tensor, ("__add__", "__radd__", "__sub__", "__rsub__", "__truediv__",
+                               "__rtruediv__", "__pow__", "__rpow__", "add", "sub", "div",
+                               "true_divide", "pow")),
+               (torch, ("add", "sub", "div", "true_divide", "pow", "rsub")))
+
+
+def _complex_scalar_select(ctx: Context):
+    target = ctx.target
+
+    def select(instance, args, kwargs):
+        for a in args:
+            if type(a) is complex:
+                break
+        else:
+            if not kwargs or type(kwargs.get("other")) is not complex:
+                return False                   # the fast path
+        return fallback.device_of((instance, args), kwargs, target) is not None
+    return select
+
+
+def run_complex_scalar(func, args, kwargs):
+    """``func`` with a Python complex operand and a device tensor, as a CPU island."""
+    return _island(func, args, kwargs, fallback.device_of(args, kwargs, _target))
+
+
+def _complex_scalar_handle(func, args, kwargs):
+    return "island", run_complex_scalar(func, args, kwargs)
+
+
 _target = "privateuseone"
 
 
@@ -243,6 +275,10 @@ def install(ctx: Context) -> None:
                 _patches.intercept(ctx, owner, name, _creator_handle(False), select=dtype_select)
     _patches.intercept(ctx, torch.Tensor, "view", _creator_handle(False), select=dtype_select)
     _patches.intercept(ctx, torch.Tensor, "type", _creator_handle(False), select=_type_select(ctx))
+    scalar_select = _complex_scalar_select(ctx)
+    for owner, names in _SCALAR_OPS:
+        for name in names:
+            _patches.intercept(ctx, owner, name, _complex_scalar_handle, select=scalar_select)
     island_select = _island_select(ctx)
     for owner, name in _complex_makers():
         if hasattr(owner, name):

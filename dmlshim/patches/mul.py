@@ -8,6 +8,8 @@ bool tensor: the float values are lost.  This is the root cause of FunASR's SANM
 Fix, on the device and without a transfer: cast the bool operand to the dtype the
 CPU would compute in (``torch.result_type``; for in-place ops the dtype of ``self``)
 before calling the original.  Casting 0/1 is exact, so results equal the CPU's.
+A Python complex operand (``x * 1j``, Vocos' ISTFT head) makes a complex result: it
+runs as a CPU island (``patches/dtypes.py``).
 
 failure_modes.md and the routing table document this promotion bug for ``mul`` only
 (other binary ops: no report), so only the ``mul`` entry points are wrapped;
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from . import dtypes
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -49,6 +52,10 @@ def _replace_operands(args, kwargs, operands):
     return tuple(args), kwargs
 
 
+def _complex_scalar(args, kwargs) -> bool:
+    return any(type(x) is complex for x in _operands(args, kwargs))
+
+
 def _is_bool(x) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype is torch.bool
 
@@ -70,6 +77,8 @@ def coerce_bool_operands(args, kwargs, inplace: bool):
 
 def _handler(inplace: bool):
     def handle(func, args, kwargs):
+        if not inplace and _complex_scalar(args, kwargs):    # x * 1j: a complex result
+            return "island", dtypes.run_complex_scalar(func, args, kwargs)
         fixed = coerce_bool_operands(args, kwargs, inplace)
         if fixed is None:
             return "pass", func(*args, **kwargs)
@@ -90,7 +99,8 @@ def _select(target: str):
         a_t, b_t = isinstance(a, Tensor), isinstance(b, Tensor)
         if (a_t and a.is_cpu or not a_t) and (b_t and b.is_cpu or not b_t):
             return False                        # all on the CPU
-        if not (a_t and a.dtype is bool_ or b_t and b.dtype is bool_):
+        if not (a_t and a.dtype is bool_ or b_t and b.dtype is bool_
+                or type(b) is complex or type(a) is complex):
             return False
         return (a_t and not a.is_cpu and a.device.type == target) or \
                (b_t and not b.is_cpu and b.device.type == target)
