@@ -157,10 +157,12 @@ def _run(func, args, kwargs, device, nested=False):
                  if t.is_cpu and not isinstance(t, Island)}
 
     def stays(t: torch.Tensor) -> bool:
-        return nested or t.dtype in cannot or (t.numel() > 0 and _storage(t) in island_storages)
+        return t.dtype in cannot or (t.numel() > 0 and _storage(t) in island_storages)
 
     with torch._C.DisableTorchFunctionSubclass():
-        out = fallback.run_on_cpu(func, args, kwargs, device=device, stay=stays)
+        # nested: inside the shim's own CPU work, which moves its results itself
+        out = fallback.run_on_cpu(func, args, kwargs, device=device,
+                                  stay=(lambda t: True) if nested else stays)
 
     def wrap(x):
         if (isinstance(x, torch.Tensor) and x.is_cpu and id(x) not in plain_cpu
