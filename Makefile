@@ -15,7 +15,7 @@ STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench conformance clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,11 @@ demo: setup
 # BENCH_ARGS: e.g. --quick, --only funasr_bench, --markdown (see benchmarks/run.py -h)
 bench: setup
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# PyTorch's OpInfo samples on the emulated device, raw and with dmlshim (docs/conformance.md).
+# CONFORMANCE_ARGS: e.g. --verbose, --ops 'fft', --min-rate 99.5 (see python -m dmlshim conformance -h)
+conformance: setup
+	$(PY) -m dmlshim conformance --json benchmarks/results/conformance-torch$(TORCH_VERSION).json $(CONFORMANCE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

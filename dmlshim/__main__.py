@@ -1,4 +1,4 @@
-"""Command line: ``python -m dmlshim info | check | run`` (subcommands register in ``COMMANDS``).
+"""Command line: ``python -m dmlshim info | check | run | conformance`` (subcommands register in ``COMMANDS``).
 
 Each subcommand is a function ``(args) -> exit code`` plus an ``add_<name>_arguments``
 style setup; add one by writing both and listing it in ``COMMANDS``.
@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import check, run
+from . import check, conformance, run
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +67,9 @@ COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callab
               check.add_arguments, check.main),
     "run": ("run a script, -m module or installed program (funasr-server ...) with dmlshim "
             "active in it and in its child Python processes", run.add_arguments, run.main),
+    "conformance": ("run PyTorch's OpInfo samples on the emulated DirectML device, raw and "
+                    "with dmlshim; count those that match the CPU, by failure class",
+                    conformance.add_arguments, conformance.main),
 }
 
 

@@ -1,0 +1,675 @@
+"""``python -m dmlshim conformance``: PyTorch's OpInfo database on the emulated DirectML device.
+
+Runs the sample inputs of every OpInfo in ``torch.testing._internal.common_methods_invocations.op_db``
+on the emulated device (:mod:`dmlshim.emulation`), raw (without ``dmlshim.activate()``)
+and with the shim (``dmlshim.activate()``, fallback ``"auto"``), and counts how many
+match the CPU. The protocol, the match rule and the failure classes are in
+``docs/conformance.md``; in short:
+
+* for every OpInfo (name + variant) and dtype (float32, int64, bool): the first 4
+  sample inputs ``op.sample_inputs("cpu", dtype, requires_grad=False)`` yields after
+  ``torch.manual_seed(0)``; a sample counts only if the CPU accepts it;
+* every tensor of the sample (input, args, kwargs) is copied to the device (and a
+  ``device="cpu"`` keyword of a factory op becomes the device), and ``op(...)`` runs
+  there after ``torch.manual_seed(0)``, as the CPU reference did;
+* a match: the same structure, dtypes and values (``exact`` profile of
+  :mod:`dmlshim.parity`: bit for bit, NaNs equal), each output tensor on the device or,
+  for a dtype DirectML cannot hold, on the CPU (a *CPU island*).
+
+Usage::
+
+    python -m dmlshim conformance [--ops REGEX] [--dtypes float32,int64,bool]
+        [--samples 4] [--mode raw|shim|both] [--json PATH] [--verbose] [--min-rate PCT]
+
+or from Python: ``cases = collect(...)``, ``records = run_mode(cases, "shim")``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import math
+import platform
+import re
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+__all__ = ["CLASSES", "Case", "Result", "collect", "run_mode", "run_sample", "classify_error",
+           "compare", "summarize", "format_table", "format_details", "add_arguments", "main"]
+
+# Failure classes, in the order the table prints them. "match" first.
+CLASSES = ("match", "nondeterministic", "abort", "float64", "error", "wrong_dtype",
+           "wrong_device", "wrong_values")
+MODES = ("raw", "shim")
+DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
+# Ops whose output is uninitialized memory: values are not part of their contract.
+UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted",
+                               "new_empty", "new_empty_strided"})
+# Dtypes no DirectML device holds (process abort: failure_modes.md #8, #9); float64
+# joins them where has_float64_support() is False (#7).
+NEVER_HELD = frozenset({torch.bfloat16, torch.complex32, torch.complex64, torch.complex128})
+_MESSAGE_CHARS = 200
+
+
+@dataclass
+class Case:
+    """One OpInfo sample input the CPU accepts, with its CPU reference output.
+
+    Attributes:
+        opinfo: the ``OpInfo``; ``op``/``variant`` its ``name``/``variant_test_name``.
+        dtype: the dtype the sample was made for (``"float32"`` ...).
+        index: position among the samples ``sample_inputs`` yielded (0-based).
+        sample: the ``SampleInput`` (CPU tensors, never mutated: runs get copies).
+        expected: the CPU output.
+        deterministic: False when two CPU runs after ``torch.manual_seed(0)`` differ,
+            or the op returns uninitialized memory: values are then not compared.
+        pinned: per tensor of the sample (:func:`_tensors` order), whether it stays on
+            the CPU in the device run (OpInfo keeps it there on every device).
+    """
+
+    opinfo: Any
+    op: str
+    variant: str
+    dtype: str
+    index: int
+    sample: Any
+    expected: Any
+    deterministic: bool
+    pinned: Tuple[bool, ...] = ()
+
+
+@dataclass
+class Result:
+    """The outcome of one sample in one mode: a class of :data:`CLASSES` and a short text."""
+
+    cls: str
+    message: str = ""
+
+
+@dataclass
+class Collected:
+    """What :func:`collect` found: the cases, and what it left out (not counted)."""
+
+    cases: List[Case] = field(default_factory=list)
+    cpu_rejects: List[dict] = field(default_factory=list)     # op, variant, dtype, index, message
+    sample_errors: List[dict] = field(default_factory=list)   # op, variant, dtype, message
+    seconds: float = 0.0
+
+
+# ---------------------------------------------------------------- collecting samples
+
+def op_db() -> list:
+    """PyTorch's OpInfo list (imports ``torch.testing._internal``: about 9 s).
+
+    Raises:
+        ImportError: ``expecttest`` is missing (``pip install "dmlshim[conformance]"``).
+    """
+    from torch.testing._internal.common_methods_invocations import op_db as db
+    return db
+
+
+def collect(ops: Optional[str] = None, dtypes: Iterable[str] = tuple(DTYPES),
+            samples: int = 4, progress: bool = False) -> Collected:
+    """The samples to run, each with its CPU reference (the CPU runs here, twice).
+
+    Args:
+        ops: a regular expression; only OpInfos whose name it finds (``re.search``) run.
+        dtypes: names from :data:`DTYPES`.
+        samples: how many samples per OpInfo and dtype are taken (the first ones
+            yielded, before the CPU rejects any).
+        progress: show a tqdm progress bar on stderr.
+
+    Raises:
+        ValueError: an unknown dtype name or a bad regular expression.
+    """
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise ValueError(f"unknown dtype(s) {', '.join(unknown)}; allowed: {', '.join(DTYPES)}")
+    pattern = re.compile(ops) if ops else None
+    selected = [op for op in op_db() if pattern is None or pattern.search(op.name)]
+    out, start = Collected(), time.perf_counter()
+    with _no_test_lookup():
+        for opinfo in _progress(selected, progress, "CPU reference"):
+            for dtype in dtypes:
+                _collect_op(opinfo, dtype, samples, out)
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+@contextlib.contextmanager
+def _no_test_lookup():
+    """Skip OpInfo's search for the running unittest test (``extract_test_fn``).
+
+    ``sample_inputs`` looks for a ``unittest.TestCase`` frame with ``inspect.stack()``
+    (twice per call) to attach debugging data; there is none here, and the crawl
+    costs 40-90 ms per call (3 minutes of the 3.5 of a full run on torch 2.13).
+    """
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+    modules = [m for m in (common_utils, core) if hasattr(m, "extract_test_fn")]
+    saved = [m.extract_test_fn for m in modules]
+    for m in modules:
+        m.extract_test_fn = lambda: None
+    try:
+        yield
+    finally:
+        for m, fn in zip(modules, saved):
+            m.extract_test_fn = fn
+
+
+def _collect_op(opinfo, dtype: str, samples: int, out: Collected) -> None:
+    where = {"op": opinfo.name, "variant": opinfo.variant_test_name, "dtype": dtype}
+    torch.manual_seed(0)       # the same samples whatever --ops selects
+    try:
+        inputs = list(itertools.islice(
+            opinfo.sample_inputs("cpu", DTYPES[dtype], requires_grad=False), samples))
+    except Exception as exc:   # noqa: BLE001 - OpInfo refuses this dtype
+        out.sample_errors.append({**where, "message": _text(exc)})
+        return
+    pinned = _cpu_pinned(opinfo, dtype, inputs)
+    for index, sample in enumerate(inputs):
+        try:
+            first = _run_cpu(opinfo, sample)
+        except Exception as exc:  # noqa: BLE001 - the CPU rejects it: not counted
+            out.cpu_rejects.append({**where, "index": index, "message": _text(exc)})
+            continue
+        deterministic = opinfo.name not in UNINITIALIZED_OPS and _same(_run_cpu(opinfo, sample), first)
+        out.cases.append(Case(opinfo, opinfo.name, opinfo.variant_test_name, dtype, index,
+                              sample, first, deterministic, pinned[index]))
+
+
+def _cpu_pinned(opinfo, dtype: str, inputs: list) -> List[Tuple[bool, ...]]:
+    """Per sample, which of its tensors (in :func:`_tensors` order) OpInfo keeps on the
+    CPU whatever device it makes samples for (``tensor_split``'s indices, ``narrow``'s
+    start ...): those found on the CPU in the same samples made for the ``meta``
+    device. All False when the meta samples cannot be made or do not line up."""
+    nothing = [(False,) * len(_tensors(s)) for s in inputs]
+    torch.manual_seed(0)
+    try:
+        meta = list(itertools.islice(
+            opinfo.sample_inputs("meta", DTYPES[dtype], requires_grad=False), len(inputs)))
+    except Exception:  # noqa: BLE001 - many samples need real values
+        return nothing
+    if len(meta) != len(inputs):
+        return nothing
+    pinned = []
+    for sample, flags, m in zip(inputs, nothing, meta):
+        m_tensors = _tensors(m)
+        if len(m_tensors) != len(flags):
+            pinned.append(flags)
+        else:
+            pinned.append(tuple(t.device.type == "cpu" for t in m_tensors))
+    return pinned
+
+
+def _tensors(sample) -> list:
+    """The tensors of a ``SampleInput`` (input, args, kwargs), in :func:`_tree_map` order."""
+    found = []
+
+    def visit(x):
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        return x
+    _tree_map(visit, (sample.input, sample.args, sample.kwargs))
+    return found
+
+
+def _run_cpu(opinfo, sample):
+    args, kwargs = _tree_map(_clone, (sample.args, sample.kwargs))
+    torch.manual_seed(0)
+    return opinfo(_tree_map(_clone, sample.input), *args, **kwargs)
+
+
+def _same(a, b) -> bool:
+    try:
+        return compare(a, b, torch.device("cpu")).cls == "match"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# ---------------------------------------------------------------- running on the device
+
+def run_mode(cases: List[Case], mode: str, progress: bool = False) -> List[Result]:
+    """Run every case on the emulated device in ``mode`` (``"raw"`` or ``"shim"``).
+
+    ``"shim"`` activates dmlshim (fallback ``"auto"``, no trace) for the run and
+    deactivates it afterwards; a shim that was active before is deactivated first.
+    Before each sample, ``auto``'s remembered failures are forgotten, so each sample
+    meets the shim as a fresh process would (results do not depend on run order).
+
+    Returns:
+        one :class:`Result` per case, in order.
+
+    Raises:
+        ValueError: an unknown mode.
+        RuntimeError: the emulated device cannot be installed (see
+            ``dmlshim.emulation.install``).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}; allowed: {', '.join(MODES)}")
+    import dmlshim
+    from dmlshim import emulation
+
+    device = emulation.install()
+    dmlshim.deactivate()
+    results = []
+    with _shim(mode == "shim"):
+        for case in _progress(cases, progress, mode):
+            _forget()
+            results.append(run_sample(case, device))
+    return results
+
+
+@contextlib.contextmanager
+def _shim(active: bool):
+    import dmlshim
+
+    if active:
+        dmlshim.activate(fallback="auto", trace=0)
+    try:
+        yield
+    finally:
+        dmlshim.deactivate()
+
+
+def _forget() -> None:
+    from dmlshim.patches import auto
+    auto.forget()
+
+
+def run_sample(case: Case, device: torch.device) -> Result:
+    """Run one case on ``device`` and compare it with its CPU reference.
+
+    Every exception of the device run (moving the inputs included) is classified
+    (:func:`classify_error`), never raised.
+    """
+    try:
+        inputs, args, kwargs = _to_device(case, device)
+        torch.manual_seed(0)
+        actual = case.opinfo(inputs, *args, **kwargs)
+        return compare(actual, case.expected, device, values=case.deterministic)
+    except Exception as exc:  # noqa: BLE001 - a DirectML-style failure is the finding
+        return classify_error(exc)
+
+
+def _to_device(case: Case, device) -> tuple:
+    """``(input, args, kwargs)`` of the case's sample with every tensor copied to
+    ``device`` (but those ``case.pinned`` keeps on the CPU), and a ``device="cpu"``
+    keyword (factory ops) pointing at ``device``."""
+    pinned = iter(case.pinned)
+
+    def move(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        return x.clone() if next(pinned, False) else x.to(device)
+    sample = case.sample
+    kwargs = {k: (device if k == "device" and _is_cpu_device(v) else v)
+              for k, v in sample.kwargs.items()}
+    return _tree_map(move, (sample.input, sample.args, kwargs))
+
+
+def _is_cpu_device(value) -> bool:
+    return isinstance(value, (str, torch.device)) and torch.device(value).type == "cpu"
+
+
+# ---------------------------------------------------------------- classifying
+
+def classify_error(exc: BaseException) -> Result:
+    """The class of an exception raised on the device.
+
+    ``abort``: the emulator's ``FatalDirectMLError`` (DirectML's process abort on
+    bf16/complex), also when the shim re-raised it as a ``DirectMLError``;
+    ``float64``: "does not support Double"; ``error``: anything else (the message
+    starts with the exception type).
+    """
+    from dmlshim.emulation import FatalDirectMLError
+
+    chain = _chain(exc)
+    if any(isinstance(e, FatalDirectMLError) or "dml_util.cc:118" in str(e) for e in chain):
+        return Result("abort", _text(exc))
+    if any("does not support Double" in str(e) for e in chain):
+        return Result("float64", _text(exc))
+    return Result("error", _text(exc))
+
+
+def _chain(exc: BaseException) -> list:
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def compare(actual, expected, device: torch.device, values: bool = True, where: str = "out") -> Result:
+    """Compare a device output with the CPU reference.
+
+    Args:
+        actual: the output on the device (tensors, tuples/lists/namedtuples of them,
+            dicts, Python scalars, ``None`` ...).
+        expected: the CPU output.
+        device: the device ``actual`` ran on; each output tensor must be there, or on
+            the CPU when its dtype is one the device cannot hold (:func:`held`).
+        values: compare values (False: shapes, dtypes and devices only).
+        where: the path named in messages (``out[1].values``).
+
+    Returns:
+        ``Result("match")`` or the first difference: ``wrong_dtype``,
+        ``wrong_device`` or ``wrong_values`` (values, shapes, structure).
+    """
+    if isinstance(expected, torch.Tensor):
+        return _compare_tensor(actual, expected, device, values, where)
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+            return Result("wrong_values", f"{where}: {_kind(actual)} (CPU: {_kind(expected)})")
+        names = getattr(expected, "_fields", None) or [f"[{i}]" for i in range(len(expected))]
+        return _first_difference(
+            compare(a, e, device, values, f"{where}.{n}" if not n.startswith("[") else where + n)
+            for n, a, e in zip(names, actual, expected))
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict) or actual.keys() != expected.keys():
+            return Result("wrong_values", f"{where}: {_kind(actual)} (CPU: {_kind(expected)})")
+        return _first_difference(compare(actual[k], expected[k], device, values, f"{where}[{k!r}]")
+                                 for k in expected)
+    return _compare_scalar(actual, expected, values, where)
+
+
+def _first_difference(results: Iterable[Result]) -> Result:
+    """The first failure among the outputs' results; else ``nondeterministic`` if an
+    output's values were not compared; else ``match``."""
+    unchecked = None
+    for result in results:
+        if result.cls == "nondeterministic":
+            unchecked = unchecked or result
+        elif result.cls != "match":
+            return result
+    return unchecked or Result("match")
+
+
+def _compare_tensor(actual, expected, device, values, where) -> Result:
+    if not isinstance(actual, torch.Tensor):
+        return Result("wrong_values", f"{where}: {_kind(actual)} (CPU: a tensor)")
+    if actual.dtype != expected.dtype:
+        return Result("wrong_dtype", f"{where}: {_dtype(actual.dtype)} (CPU: {_dtype(expected.dtype)})")
+    if not _on_allowed_device(actual, device):
+        return Result("wrong_device", f"{where}: {_dtype(actual.dtype)} on {actual.device} "
+                                      f"(expected {device.type})")
+    if actual.shape != expected.shape:
+        return Result("wrong_values", f"{where}: shape {list(actual.shape)} (CPU: {list(expected.shape)})")
+    if not values:
+        return Result("nondeterministic", f"{where}: values not compared")
+    rtol, atol = _tolerance(expected.dtype, device)
+    try:
+        torch.testing.assert_close(_plain_cpu(actual), expected, rtol=rtol, atol=atol,
+                                   equal_nan=True, check_device=False, check_dtype=False,
+                                   check_stride=False)
+    except AssertionError as exc:
+        return Result("wrong_values", f"{where}: " + _short(str(exc)))
+    return Result("match")
+
+
+def _compare_scalar(actual, expected, values, where) -> Result:
+    if type(actual) is not type(expected):
+        cls = "wrong_dtype" if _number(actual) and _number(expected) else "wrong_values"
+        return Result(cls, f"{where}: {_kind(actual)} (CPU: {_kind(expected)})")
+    if not values:
+        return Result("nondeterministic", f"{where}: values not compared")
+    both_nan = (isinstance(actual, float) and isinstance(expected, float)
+                and math.isnan(actual) and math.isnan(expected))
+    try:
+        equal = bool(actual == expected)
+    except Exception:  # noqa: BLE001 - objects without a usable ==
+        equal = repr(actual) == repr(expected)
+    if equal or both_nan:
+        return Result("match")
+    return Result("wrong_values", _short(f"{where}: {actual!r} (CPU: {expected!r})"))
+
+
+def held(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether ``device`` can hold ``dtype`` (else its values live on the CPU: an island).
+
+    Never bfloat16 or complex; float64 only where
+    ``dmlshim.devices.has_float64_support(device)``.
+    """
+    if device.type == "cpu":
+        return True
+    if dtype in NEVER_HELD:
+        return False
+    if dtype is torch.float64:
+        from dmlshim import devices
+        return devices.has_float64_support(device)
+    return True
+
+
+def _on_allowed_device(t: torch.Tensor, device: torch.device) -> bool:
+    if t.device.type == device.type:
+        return True
+    return t.device.type == "cpu" and not held(t.dtype, device)
+
+
+def _tolerance(dtype, device) -> Tuple[float, float]:
+    from dmlshim import parity
+    return parity.default_profile(device).tolerance(dtype)
+
+
+def _plain_cpu(t: torch.Tensor) -> torch.Tensor:
+    """A plain ``torch.Tensor`` on the CPU with ``t``'s values (islands are subclasses)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        t = t.detach().to("cpu")
+        return t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
+
+
+# ---------------------------------------------------------------- summary and output
+
+def summarize(collected: Collected, results: Dict[str, List[Result]]) -> dict:
+    """Counts per mode.
+
+    Returns:
+        ``{"total", "cpu_rejects", "sample_errors", "modes": {mode: {"compared",
+        "match", "rate", "classes"}}}``: ``total`` samples the CPU accepts;
+        ``compared`` = ``total`` less the ``nondeterministic`` ones (skipped: their
+        values cannot be compared); ``rate`` = ``match / compared`` (0..1).
+    """
+    total = len(collected.cases)
+    modes = {}
+    for mode, rs in results.items():
+        counts = Counter(r.cls for r in rs)
+        compared = total - counts["nondeterministic"]
+        modes[mode] = {"compared": compared, "match": counts["match"],
+                       "rate": counts["match"] / compared if compared else 0.0,
+                       "classes": {c: counts[c] for c in CLASSES if counts[c]}}
+    return {"total": total, "cpu_rejects": len(collected.cpu_rejects),
+            "sample_errors": len(collected.sample_errors), "modes": modes}
+
+
+def format_table(summary: dict) -> str:
+    """The table by class: one column per mode, counts and shares of the samples compared."""
+    modes = list(summary["modes"])
+    lines = [f"{'class':<18}" + "".join(f"{m:>16}" for m in modes)]
+    for cls in CLASSES:
+        cells = [(summary["modes"][m]["classes"].get(cls, 0), summary["modes"][m]["compared"])
+                 for m in modes]
+        if cls == "nondeterministic":
+            continue
+        if any(n for n, _ in cells) or cls == "match":
+            lines.append(f"{cls:<18}" + "".join(f"{n:>8} {_pct(n, c):>7}" for n, c in cells))
+    lines.append(f"{'compared':<18}" + "".join(f"{summary['modes'][m]['compared']:>16}" for m in modes))
+    lines.append(f"{'skipped: nondet.':<18}"
+                 + "".join(f"{summary['modes'][m]['classes'].get('nondeterministic', 0):>16}"
+                           for m in modes))
+    lines.append(f"(of {summary['total']} samples the CPU accepts; not counted: "
+                 f"{summary['cpu_rejects']} samples the CPU rejects, {summary['sample_errors']} "
+                 "OpInfo/dtype pairs without samples)")
+    return "\n".join(lines)
+
+
+def format_details(cases: List[Case], results: Dict[str, List[Result]]) -> str:
+    """Per mode and failure class: each op (``name.variant``) with its count of samples
+    and the first message."""
+    lines = []
+    for mode, rs in results.items():
+        by_class = defaultdict(dict)
+        for case, r in zip(cases, rs):
+            if r.cls == "match":
+                continue
+            name = case.op + (f".{case.variant}" if case.variant else "")
+            entry = by_class[r.cls].setdefault(name, [0, f"{case.dtype}#{case.index}: {r.message}"])
+            entry[0] += 1
+        for cls in CLASSES:
+            if cls in by_class:
+                lines.append(f"[{mode}] {cls} ({len(by_class[cls])} ops)")
+                for name, (n, message) in sorted(by_class[cls].items()):
+                    lines.append(f"    {name} ({n}): {message}")
+    return "\n".join(lines)
+
+
+def to_json(collected: Collected, results: Dict[str, List[Result]], summary: dict,
+            seconds: Dict[str, float], options: dict) -> dict:
+    """Everything as one JSON-ready dict (schema in docs/conformance.md)."""
+    from dmlshim import emulation
+    import dmlshim
+
+    records = []
+    for i, case in enumerate(collected.cases):
+        rec = {"op": case.op, "variant": case.variant, "dtype": case.dtype, "index": case.index}
+        for mode, rs in results.items():
+            rec[mode] = rs[i].cls
+            if rs[i].message:
+                rec[f"{mode}_message"] = rs[i].message
+        records.append(rec)
+    return {"torch": torch.__version__, "dmlshim": dmlshim.__version__,
+            "python": platform.python_version(), "binding": emulation.binding(),
+            "numerics": emulation.numerics(), "options": options, "seconds": seconds,
+            **summary, "records": records, "cpu_rejects": collected.cpu_rejects,
+            "sample_errors": collected.sample_errors}
+
+
+def write_json(data: dict, path: str) -> None:
+    """Write ``data`` with one record per line (readable diffs, about 100 bytes each)."""
+    head = {k: v for k, v in data.items() if k not in ("records", "cpu_rejects", "sample_errors")}
+    text = json.dumps(head, indent=2)[:-2]
+    for key in ("records", "cpu_rejects", "sample_errors"):
+        rows = ",\n".join("    " + json.dumps(r, ensure_ascii=False) for r in data[key])
+        text += f',\n  "{key}": [\n{rows}\n  ]'
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text + "\n}\n")
+
+
+# ---------------------------------------------------------------- command line
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ops", metavar="REGEX", help="only OpInfos whose name matches (re.search)")
+    parser.add_argument("--dtypes", default=",".join(DTYPES),
+                        help="comma-separated sample dtypes (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=4, metavar="N",
+                        help="first N samples per OpInfo and dtype (default: %(default)s)")
+    parser.add_argument("--mode", choices=("raw", "shim", "both"), default="both",
+                        help="raw (no dmlshim), shim (dmlshim.activate()) or both (default)")
+    parser.add_argument("--json", metavar="PATH", help="write counts and per-sample records to PATH")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="list the ops of each failure class with a message")
+    parser.add_argument("--min-rate", type=float, metavar="PCT",
+                        help="exit 1 when the shim's (else raw's) match rate is below PCT %%")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def main(args: argparse.Namespace) -> int:
+    """The ``conformance`` subcommand. Exit 0, 1 (match rate below ``--min-rate``) or
+    2 (bad arguments, or an internal error: the traceback is printed)."""
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    modes = list(MODES) if args.mode == "both" else [args.mode]
+    progress = not args.no_progress
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            collected = collect(args.ops, dtypes, args.samples, progress)
+            seconds = {"cpu": round(collected.seconds, 1)}
+            results = {}
+            for mode in modes:
+                start = time.perf_counter()
+                results[mode] = run_mode(collected.cases, mode, progress)
+                seconds[mode] = round(time.perf_counter() - start, 1)
+    except (ValueError, re.error) as exc:
+        print(f"python -m dmlshim conformance: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        print("python -m dmlshim conformance: internal error", file=sys.stderr)
+        return 2
+    summary = summarize(collected, results)
+    print(f"OpInfo conformance on the emulated DirectML device, torch {torch.__version__}: "
+          f"{summary['total']} samples the CPU accepts ({', '.join(dtypes)}; first "
+          f"{args.samples} per OpInfo and dtype); seconds: "
+          + ", ".join(f"{k} {v}" for k, v in seconds.items()))
+    print(format_table(summary))
+    if args.verbose:
+        print(format_details(collected.cases, results))
+    if args.json:
+        options = {"ops": args.ops, "dtypes": dtypes, "samples": args.samples, "modes": modes}
+        write_json(to_json(collected, results, summary, seconds, options), args.json)
+    rate = summary["modes"][modes[-1]]["rate"] * 100
+    return 1 if args.min_rate is not None and rate < args.min_rate else 0
+
+
+# ---------------------------------------------------------------- helpers
+
+def _tree_map(fn, obj):
+    """``fn`` over every leaf of nested tuples, lists and dicts (containers rebuilt)."""
+    if isinstance(obj, torch.Size):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_tree_map(fn, x) for x in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_tree_map(fn, x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _tree_map(fn, v) for k, v in obj.items()}
+    return fn(obj)
+
+
+def _clone(x):
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def _progress(items, enabled: bool, desc: str):
+    if not enabled:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc, file=sys.stderr, leave=False, mininterval=1.0)
+
+
+def _text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return _short(f"{type(exc).__name__}: {lines[0] if lines else ''}")
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS - 3] + "..."
+
+
+def _kind(x) -> str:
+    if isinstance(x, (tuple, list)):
+        return f"{type(x).__name__} of {len(x)}"
+    return type(x).__name__
+
+
+def _number(x) -> bool:
+    return isinstance(x, (bool, int, float, complex))
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _pct(n: int, total: int) -> str:
+    return f"{100 * n / total:.1f}%" if total else "-"
