@@ -183,6 +183,7 @@ def test_json_and_exit_status(tmp_path, capsys):
         assert sum(counts["classes"].values()) == data["total"]
     fft = [r for r in data["records"] if r["op"] == "fft.fft"]
     assert len(fft) == 4
+    assert data["commit"] is None or isinstance(data["commit"], str)
     assert {k for r in fft for k in r} == {"op", "variant", "dtype", "index", "raw", "raw_message",
                                            "shim", "shim_message"}
     assert fft[0]["raw"] == "abort" and "ComplexFloat" in fft[0]["raw_message"]
