@@ -49,6 +49,8 @@ class Patch:
 REGISTRY: Tuple[Patch, ...] = (
     Patch("mul", "float x bool returns bool on DirectML: cast the bool operand first "
                  "(DirectML#686, #737; failure_modes.md #17)", modes=FALLBACK_MODES),
+    Patch("dispatcher", "the same float x bool fix as a BackendSelect kernel per aten overload, for "
+                        "what mul cannot see: C++ composites (ldexp), torch.ops.aten, backward()"),
     Patch("conv", "bool/integer input to conv1d/2d/3d: cast to the weight's dtype (safety net; "
                   "the root cause is mul, failure_modes.md #17)", modes=FALLBACK_MODES),
     Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): run on the CPU "

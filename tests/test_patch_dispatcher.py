@@ -1,0 +1,318 @@
+"""dispatcher patch: the float x bool fix (DirectML#686, #737; failure_modes.md #17) holds
+however aten::mul is reached: C++ composites, torch.ops.aten, backward(), inference_mode,
+other threads.  Each form is checked both ways: without the net the bug reproduces, with it
+the result (dtype and values) equals the CPU's."""
+import functools
+import re
+import threading
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import dmlshim
+from dmlshim import parity, patches
+from dmlshim.patches import dispatcher
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def data(dml_device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, generator=g)
+    m = torch.rand(3, 5, generator=g) > 0.5
+    i = torch.randint(-3, 4, (3, 5), generator=g)
+    return (x, m, i), tuple(t.to(dml_device) for t in (x, m, i))
+
+
+@pytest.fixture
+def net(dml_device):
+    """Only the dispatcher net (no wrapt patches): what it covers on its own."""
+    dmlshim.deactivate()
+    ctx = patches.Context(target=dml_device.type)
+    dispatcher.install(ctx)
+    dmlshim.trace.reset()
+    yield
+    dispatcher.uninstall()
+
+
+def _in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+def _scripted_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a * b
+
+
+@functools.lru_cache(maxsize=None)
+def _scripted():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)      # torch.jit.script on torch 2.13
+        return torch.jit.script(_scripted_mul)
+
+
+def _inference(fn):
+    def run(x, m, i):
+        with torch.inference_mode():     # inference tensors: no ADInplaceOrView/Autograd keys
+            return fn(x.clone(), m.clone(), i.clone())
+    return run
+
+
+# Forms the wrapt mul patch cannot see (and two it can, for the net alone).
+FORMS = {
+    "torch.ldexp(m, i)": lambda x, m, i: torch.ldexp(m, i),           # C++: at::mul(m, pow(2., i))
+    "aten.mul.Tensor(x, m)": lambda x, m, i: aten.mul.Tensor(x, m),
+    "aten.mul.Tensor(m, x)": lambda x, m, i: aten.mul.Tensor(m, x),
+    "aten.multiply.Tensor(x, m)": lambda x, m, i: aten.multiply.Tensor(x, m),
+    "TorchScript x * m": lambda x, m, i: _scripted()(x, m),
+    "inference_mode: torch.ldexp": _inference(lambda x, m, i: torch.ldexp(m, i)),
+    "inference_mode: aten.mul.Tensor": _inference(lambda x, m, i: aten.mul.Tensor(x, m)),
+    "no_grad: torch.ldexp": lambda x, m, i: torch.no_grad()(torch.ldexp)(m, i),
+    "worker thread: torch.ldexp": lambda x, m, i: _in_thread(lambda: torch.ldexp(m, i)),
+    "x * m": lambda x, m, i: x * m,
+    "m * x.half()": lambda x, m, i: m * x.half(),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_without_net_the_bug_reproduces(data, form):
+    dmlshim.deactivate()
+    cpu, dev = data
+    assert FORMS[form](*cpu).dtype != torch.bool
+    assert FORMS[form](*dev).dtype == torch.bool            # silently bool: values lost
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_net_alone_equals_cpu(net, data, form, profile):
+    cpu, dev = data
+    got = FORMS[form](*dev)
+    assert got.device == dev[0].device
+    parity.assert_close(got.cpu(), FORMS[form](*cpu), profile)         # checks dtype too
+
+
+@pytest.mark.parametrize("form", ["torch.ldexp(m, i)", "aten.mul.Tensor(x, m)",
+                                  "inference_mode: torch.ldexp", "worker thread: torch.ldexp"])
+def test_activate_equals_cpu(shim, data, form, profile):
+    cpu, dev = data
+    parity.assert_close(FORMS[form](*dev).cpu(), FORMS[form](*cpu), profile)
+
+
+# ------------------------------------------------------------------- in-place, out=
+
+def test_inplace_keeps_self_dtype_identity_and_version(net, data, profile):
+    (x, m, _), (xd, md, _) = data
+    y = xd.clone()
+    version = y._version
+    assert aten.mul_.Tensor(y, md) is y
+    assert y._version == version + 1                        # torch's ADInplaceOrView still runs
+    parity.assert_close(y.cpu(), x.clone().mul_(m), profile)
+    h = xd.half()
+    h.mul_(md)
+    parity.assert_close(h.cpu(), x.half().mul_(m), profile)
+
+
+@pytest.mark.emulated_only      # the net leaves these alone; DirectML's own answer is not documented
+def test_inplace_on_bool_self_behaves_as_on_cpu(net, data):
+    (x, m, _), (xd, md, _) = data
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        m.clone().mul_(x)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        md.clone().mul_(xd)
+    b = md.clone()
+    b.mul_(md)                                              # bool x bool stays bool
+    assert b.dtype == torch.bool and torch.equal(b.cpu(), m & m)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_out_variant(net, data, out_dtype, profile):
+    (x, m, _), (xd, md, _) = data
+    expected = torch.mul(m, x, out=torch.empty(3, 5, dtype=out_dtype))
+    out = torch.empty(3, 5, dtype=out_dtype, device=xd.device)
+    assert aten.mul.out(md, xd, out=out) is out
+    parity.assert_close(out.cpu(), expected, profile)
+    out = torch.empty(3, 5, dtype=out_dtype, device=xd.device)
+    assert torch.mul(md, xd, out=out) is out
+    parity.assert_close(out.cpu(), expected, profile)
+
+
+@pytest.mark.emulated_only      # what DirectML's own mul.out does with a bool out= is not documented
+def test_out_variant_refuses_what_the_cpu_refuses(net, data):
+    (x, m, _), (xd, md, _) = data
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch.mul(x, m, out=torch.empty(3, 5, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch.mul(xd, md, out=torch.empty(3, 5, dtype=torch.bool, device=xd.device))
+
+
+# ------------------------------------------------------------------- autograd
+
+def _grad_amax(x, m, i, w):
+    """amax's backward is ``scale_grad_by_count``: ``(grad / mask.sum(dim)) * mask`` with a
+    bool ``mask``: float x bool inside backward(), where no Python wrapper sees it."""
+    x = x.clone().requires_grad_()
+    (torch.amax(x, dim=1) * w[:, 0]).sum().backward()
+    return x.grad
+
+
+def _grad_inplace_mask(x, m, i, w):
+    """``y.mul_(m)``: autograd saves the bool ``m``; backward() computes ``grad * m``."""
+    x = x.clone().requires_grad_()
+    y = x.clone()
+    y.mul_(m)
+    (y * w).sum().backward()
+    return x.grad
+
+
+def _grad_composite(x, m, i, w):
+    """The mask multiply inside a C++ composite (``ldexp(m, i)`` = ``m * 2**i``)."""
+    x = x.clone().requires_grad_()
+    (x * torch.ldexp(m, i) * w).sum().backward()
+    return x.grad
+
+
+GRADS = {"backward: amax": _grad_amax, "backward: y.mul_(m)": _grad_inplace_mask,
+         "composite: ldexp(m, i)": _grad_composite}
+
+
+def _grad_inputs(dml_device, data):
+    (x, m, i), dev = data
+    w = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    return (x, m, i, w), (*dev, w.to(dml_device))
+
+
+@pytest.mark.emulated_only      # the emulator's mul_ is right (rules.py), DirectML's may fail earlier
+@pytest.mark.parametrize("how", list(GRADS))
+def test_without_net_gradients_are_wrong(dml_device, data, how):
+    dmlshim.deactivate()
+    cpu, dev = _grad_inputs(dml_device, data)
+    try:
+        got = GRADS[how](*dev)
+    except RuntimeError as exc:                 # ldexp: the bool product cannot require grad
+        assert re.search("dtype: Bool|isDifferentiableType", str(exc))    # torch 2.13 | 2.4.1
+        return
+    assert got.dtype == torch.float32 and not torch.equal(got.cpu(), GRADS[how](*cpu))   # silent
+
+
+@pytest.mark.parametrize("how", list(GRADS))
+def test_net_alone_gradients_equal_cpu(net, dml_device, data, profile, how):
+    cpu, dev = _grad_inputs(dml_device, data)
+    parity.assert_close(GRADS[how](*dev).cpu(), GRADS[how](*cpu), profile)
+
+
+def test_activate_amax_gradient_equals_cpu(shim, dml_device, data, profile):
+    cpu, dev = _grad_inputs(dml_device, data)
+    parity.assert_close(_grad_amax(*dev).cpu(), _grad_amax(*cpu), profile)
+
+
+# ------------------------------------------------------------------- scope
+
+def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data):
+    """CPU calls pass through bit for bit; a wrapped number (the 2.5 of ``x * 2.5``, which
+    a Python kernel receives as a Python float) keeps torch's promotion."""
+    dmlshim.deactivate()
+    (x, m, i), (xd, md, id_) = data
+    h = torch.randn(100).half()
+    cases = {"ldexp cpu": lambda: torch.ldexp(m, i), "x * m cpu": lambda: aten.mul.Tensor(x, m),
+             "i * 2.5": lambda: i * 2.5, "2.5 * i": lambda: 2.5 * i, "h * 0.1": lambda: h * 0.1,
+             "m * 3": lambda: m * 3, "x * True": lambda: x * True,
+             "dev i * 2.5": lambda: (id_ * 2.5).cpu(), "dev m * 3": lambda: (md * 3).cpu(),
+             "dev x * True": lambda: (xd * True).cpu()}
+    expected = {name: fn() for name, fn in cases.items()}
+    dispatcher.install(patches.Context(target=dml_device.type))
+    dmlshim.trace.reset()
+    try:
+        for name, fn in cases.items():
+            got = fn()
+            assert got.dtype == expected[name].dtype and torch.equal(got, expected[name]), name
+    finally:
+        dispatcher.uninstall()
+    rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
+    assert rows == {"aten::mul.Tensor": {"coerce": 1}}        # md * 3 (as the mul patch does
+                                                              # 2.5 * m); no CPU call recorded
+
+
+def test_acts_only_on_the_target_device_type(dml_device, data):
+    dmlshim.deactivate()
+    _, (xd, md, _) = data
+    dispatcher.install(patches.Context(target="cuda"))       # benchmarks/gpu.py's target
+    try:
+        assert aten.mul.Tensor(xd, md).dtype == torch.bool   # privateuseone: not ours to fix
+    finally:
+        dispatcher.uninstall()
+    assert dispatcher.backend_key("privateuseone") == torch._C.DispatchKey.PrivateUse1
+    assert dispatcher.backend_key("cuda") == torch._C.DispatchKey.CUDA
+
+
+def test_report_records_coercions(net, data):
+    _, (xd, md, id_) = data
+    torch.ldexp(md, id_)
+    aten.mul.Tensor(xd, xd)                                   # nothing to fix: not recorded
+    rows = {r["op"]: r for r in dmlshim.report().rows}
+    assert rows["aten::mul.Tensor"]["actions"] == {"coerce": 1}
+    assert rows["aten::mul.Tensor"]["h2d"] == rows["aten::mul.Tensor"]["d2h"] == 0
+
+
+def test_python_level_call_is_fixed_once_by_the_wrapper(shim, data):
+    _, (xd, md, _) = data
+    xd * md
+    rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
+    assert rows == {"Tensor.__mul__": {"coerce": 1}}          # the net then only passes it on
+
+
+def _backend_select_lines(op="aten::mul.Tensor"):
+    return [line for line in torch._C._dispatch_dump(op).splitlines() if line.startswith("BackendSelect")]
+
+
+def test_deactivate_removes_every_registration(dml_device, data):
+    _, (xd, md, id_) = data
+    dmlshim.deactivate()
+    assert not any(dispatcher.registered().values()) and _backend_select_lines() == []
+    for _ in range(3):                                        # activate -> deactivate -> activate
+        dmlshim.activate(fallback="known", trace=0)
+        assert all(dispatcher.registered().values())
+        assert "dispatcher" in patches.installed()
+        assert torch.ldexp(md, id_).dtype == torch.float32
+        dmlshim.deactivate()
+        assert not any(dispatcher.registered().values()) and _backend_select_lines() == []
+        assert torch.ldexp(md, id_).dtype == torch.bool
+    table = torch._C._dispatch_dump_table("aten::mul.Tensor").splitlines()
+    assert [line for line in table if line.startswith("BackendSelect")][0].startswith(
+        "BackendSelect: fallthrough")                         # torch's own entry again
+
+
+def test_not_installed_with_fallback_off(dml_device):
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="off", trace=0)
+    try:
+        assert "dispatcher" not in patches.installed()
+        assert not any(dispatcher.registered().values())
+    finally:
+        dmlshim.deactivate()
+
+
+# ------------------------------------------------------------------- property
+
+DTYPES = st.sampled_from([torch.float32, torch.float16, torch.int64, torch.bool])
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.integers(0, 4), max_size=3), ones=st.lists(st.booleans(), min_size=3, max_size=3),
+       dtype=DTYPES, bool_first=st.booleans(), seed=st.integers(0, 2**16))
+def test_property_aten_mul_with_bool_equals_cpu(dml_device, shape, ones, dtype, bool_first, seed, profile):
+    """Broadcast shapes, empty tensors, several dtypes, either order, through the aten op."""
+    dmlshim.deactivate()
+    dispatcher.install(patches.Context(target=dml_device.type))
+    try:
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn(shape, generator=g) * 10).to(dtype)
+        m = torch.rand([1 if one else n for n, one in zip(shape, ones)], generator=g) > 0.5
+        a, b = (m, x) if bool_first else (x, m)
+        parity.assert_close(aten.mul.Tensor(a.to(dml_device), b.to(dml_device)).cpu(), a * b, profile)
+    finally:
+        dispatcher.uninstall()
