@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -176,6 +177,28 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
             x if i in keep else tree_map(back, x) for i, x in enumerate(out))
     trace.moved(h2d=h2d, d2h=d2h)
     return result
+
+
+_NUMBERS = (bool, int, float, complex)
+
+
+def numbers_as_tensors(op: torch._ops.OpOverload, args) -> list:
+    """``args`` of ``op`` with each Python number in a Tensor slot as a 0-dim tensor.
+
+    A wrapped number (the 2.5 of ``x * 2.5``, or a scalar inside a C++ composite)
+    reaches a Python kernel as a Python number, which ``op`` and ``redispatch`` refuse
+    for a Tensor argument.  ``torch.tensor(number)`` has the default dtype of its kind,
+    and dim-0 tensors, like wrapped numbers, promote only across categories, so the
+    result dtype is the same."""
+    if not any(type(a) in _NUMBERS for a in args):
+        return args
+    slots = _tensor_slots(op)
+    return [torch.tensor(a) if i in slots and type(a) in _NUMBERS else a for i, a in enumerate(args)]
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_slots(op) -> frozenset:
+    return frozenset(i for i, a in enumerate(op._schema.arguments) if isinstance(a.type, torch.TensorType))
 
 
 def _storage_ptr(t: torch.Tensor) -> int:

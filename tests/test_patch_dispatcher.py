@@ -233,8 +233,9 @@ def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data):
     finally:
         dispatcher.uninstall()
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
-    assert rows == {"aten::mul.Tensor": {"coerce": 1}}        # md * 3 (as the mul patch does
-                                                              # 2.5 * m); no CPU call recorded
+    # md * 3 (as the mul patch does 2.5 * m) and xd * True (a wrapped bool is a bool
+    # operand too); no CPU call recorded
+    assert rows == {"aten::mul.Tensor": {"coerce": 2}}
 
 
 def test_acts_only_on_the_target_device_type(dml_device, data):
@@ -316,3 +317,71 @@ def test_property_aten_mul_with_bool_equals_cpu(dml_device, shape, ones, dtype, 
         parity.assert_close(aten.mul.Tensor(a.to(dml_device), b.to(dml_device)).cpu(), a * b, profile)
     finally:
         dispatcher.uninstall()
+
+
+# ------------------------------------------- CPU index tensors, empty cat, CPU islands
+# Reached from C++ composites or references bound before activate(), which no Python-level
+# wrapper sees (OpInfo's op_db holds such references: python -m dmlshim conformance).
+
+_index_put, _combinations, _rfft, _softmax, _cfloat = (
+    torch.index_put, torch.combinations, torch.fft.rfft, torch.softmax, torch.Tensor.cfloat)
+
+NET_CASES = {
+    # failure_modes.md #10: CPU index tensors in a DirectML kernel ("unbox expects Dml")
+    "index_put, CPU indices": (lambda x: _index_put(x, (torch.tensor([0, 2]),), torch.ones(2, 5)
+                                                     .to(x.device)), RuntimeError),
+    "index, CPU indices": (lambda x: aten.index.Tensor(x, [torch.tensor([2, 0])]), RuntimeError),
+    # failure_modes.md #19, #20: combinations' C++ code concatenates an empty tensor
+    "combinations, r > n": (lambda x: _combinations(x[0, :3], r=4), RuntimeError),
+    "combinations, n = 1": (lambda x: _combinations(x[0, :1], r=2), RuntimeError),
+}
+ISLAND_CASES = {   # failure_modes.md #8, #9 (complex: process abort), #7 (float64)
+    "fft.rfft (bound)": lambda x: _rfft(x),
+    "Tensor.cfloat (bound)": lambda x: _cfloat(x),
+    "softmax(dtype=float64) (bound)": lambda x: _softmax(x, -1, dtype=torch.float64),
+    "stft (C++ composite)": lambda x: aten.stft.default(x, 4, 2, return_complex=True),
+}
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("case", list(NET_CASES))
+def test_without_net_index_and_empty_cat_fail(data, case):
+    dmlshim.deactivate()
+    fn, error = NET_CASES[case]
+    with pytest.raises(error):
+        fn(data[1][0])
+
+
+@pytest.mark.parametrize("case", list(NET_CASES))
+def test_net_moves_indices_and_drops_empties(net, data, case, profile):
+    fn, _ = NET_CASES[case]
+    got = fn(data[1][0])
+    assert got.device == data[1][0].device
+    parity.assert_close(got.cpu(), fn(data[0][0]), profile)
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("case", list(ISLAND_CASES))
+def test_without_net_complex_and_float64_fail(data, case):
+    from dmlshim import emulation
+    dmlshim.deactivate()
+    with pytest.raises((emulation.FatalDirectMLError, RuntimeError), match="unsupported data type|Double"):
+        ISLAND_CASES[case](data[1][0])
+
+
+@pytest.mark.parametrize("case", list(ISLAND_CASES))
+def test_net_runs_them_as_cpu_islands(net, data, case, profile):
+    expected = ISLAND_CASES[case](data[0][0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = ISLAND_CASES[case](data[1][0])
+    assert got.is_cpu and got.dtype == expected.dtype       # the value stays on the CPU
+    parity.assert_close(got, expected, profile)
+    assert any(r["actions"].get("island") for r in dmlshim.report().rows)
+
+
+def test_net_keeps_transfers_and_casts_working(net, data, profile):
+    (x, _, _), (xd, _, _) = data
+    assert x.to(xd.device).device == xd.device and xd.to("cpu").is_cpu
+    assert xd.half().device == xd.device and xd.half().dtype == torch.float16
+    parity.assert_close(xd.to(torch.float16).cpu(), x.half(), profile)

@@ -29,6 +29,7 @@ import os
 import torch
 
 from . import _compiled, _python_api, routing
+from ..fallback import numbers_as_tensors
 
 DEVICE_TYPE = "privateuseone"
 DEVICE = torch.device(DEVICE_TYPE, 0)
@@ -106,24 +107,6 @@ def _to_dev(x, originals):
     return x
 
 
-_NUMBERS = (bool, int, float, complex)
-
-
-def _unwrap_numbers(op, args):
-    """A wrapped number (the 3 of ``remainder(x, 3)`` called from a C++ composite)
-    reaches a Python kernel as a Python number, which the op's Tensor argument refuses:
-    make it the 0-dim tensor it was (same type promotion: dim-0 tensors, like wrapped
-    numbers, only promote across categories, to the default dtypes)."""
-    if not any(type(a) in _NUMBERS for a in args):
-        return args
-    slots = _tensor_slots(op)
-    return [torch.tensor(a) if i in slots and type(a) in _NUMBERS else a for i, a in enumerate(args)]
-
-
-@functools.lru_cache(maxsize=None)
-def _tensor_slots(op):
-    return frozenset(i for i, a in enumerate(op._schema.arguments)
-                     if isinstance(a.type, torch.TensorType))
 _ABORT_DTYPES = frozenset([torch.bfloat16, torch.complex32, torch.complex64, torch.complex128])
 
 
@@ -135,7 +118,7 @@ def run_on_cpu(op, args, kwargs, kernel=None):
     ckwargs = {k: _to_cpu(v, originals) for k, v in kwargs.items()} if kwargs else kwargs
     try:
         # op._op: the C++ callable behind OpOverload.__call__
-        out = (kernel or op._op)(*_unwrap_numbers(op, cargs), **ckwargs)
+        out = (kernel or op._op)(*numbers_as_tensors(op, cargs), **ckwargs)
     except RuntimeError as e:
         if "not resizable" not in str(e):
             raise

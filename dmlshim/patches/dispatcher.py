@@ -1,4 +1,14 @@
-"""The dispatcher-level net: DirectML's silent-quirk fixes, however the aten op is reached.
+"""The dispatcher-level net: DirectML fixes that hold however the aten op is reached.
+
+Three tables, each an aten overload -> function, registered at the BackendSelect key:
+
+* ``FIXES`` rewrite the arguments and redispatch, on the device: float x bool
+  (``mul``), CPU index tensors (``index``, ``_index_put_impl_``), empty ``cat`` inputs;
+* ``ISLANDS`` run a call that would create a value DirectML cannot hold (complex,
+  bfloat16, float64 without FP64) on the CPU as a CPU island (``dmlshim.islands``):
+  ``_fft_r2c/c2c/c2r``, ``complex``, ``polar``, ``linalg_eig``, ``_to_copy``.
+
+What follows explains the mechanism with ``mul``, the first entry.
 
 The ``mul`` patch fixes float x bool (a **bool** result, values lost: DirectML#686, #737;
 failure_modes.md #17) at the Python entry points (``torch.mul``, ``Tensor.__mul__`` ...).
@@ -70,11 +80,13 @@ the net is not installed (``fallback="off"`` only observes); with both, a Python
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, Optional, Tuple
+import warnings
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
-from .. import trace
+from .. import devices, fallback, islands, trace
+from . import cat
 from ._wrap import Context
 from .mul import coerce_bool_operands
 
@@ -93,8 +105,41 @@ def _bool_operand(inplace: bool) -> Fix:
     return fix
 
 
-# aten overload -> fix(args, kwargs) -> fixed (args, kwargs), or None when nothing needs
-# fixing.  Arguments are as the dispatcher passes them (kwarg-only ones, e.g. out=, in
+def _device_indices(args, kwargs):
+    """``index``/``_index_put_impl_`` with CPU index tensors: the indices moved to
+    ``self``'s device (``indices`` is a list of optional tensors)."""
+    self, indices = args[0], args[1]
+    if self.is_cpu or not any(i is not None and i.is_cpu for i in indices):
+        return None
+    moved = [i.to(self.device) if i is not None and i.is_cpu else i for i in indices]
+    return (self, moved, *args[2:]), kwargs
+
+
+def _drop_empty(args, kwargs):
+    """``cat`` with an empty input: the empty inputs dropped (``cat.result_meta`` keeps
+    the CPU's result dtype and shape; the rest is cast to that dtype)."""
+    tensors = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if len(tensors) < 2 or all(t.numel() for t in tensors):
+        return None
+    meta = cat.result_meta(False, tensors, dim)
+    if meta is None:
+        return None                                    # the CPU's error
+    shape, dtype = meta
+    keep = [t if t.dtype == dtype else t.to(dtype) for t in tensors if t.numel()]
+    if not keep or 0 in shape:                         # an empty result: no cat at all
+        device = next(t.device for t in tensors if not t.is_cpu)
+        return Done(torch.empty(shape, dtype=dtype, device=device))
+    return (keep, dim), {}
+
+
+class Done(NamedTuple):
+    """What a fix returns when it computed the result itself (no redispatch)."""
+    result: torch.Tensor
+
+
+# aten overload -> fix(args, kwargs) -> fixed (args, kwargs), ``Done(result)``, or None
+# when nothing needs fixing.  Arguments are as the dispatcher passes them (kwarg-only ones, e.g. out=, in
 # kwargs; a wrapped number as a Python number).  Called only for calls with a tensor on
 # the target device.  One entry per overload the quirk reaches; add future silent
 # quirks here.
@@ -105,11 +150,47 @@ FIXES: Dict[torch._ops.OpOverload, Fix] = {
     _aten.mul.Tensor: _bool_operand(inplace=False),
     _aten.mul_.Tensor: _bool_operand(inplace=True),
     _aten.mul.out: _bool_operand(inplace=False),
+    # failure_modes.md #10, DirectML#442: DirectML's kernels unbox every input as a DML
+    # tensor, so CPU index tensors fail ("unbox expects Dml at::Tensor"); CUDA takes them.
+    # index_put/index_put_ reach _index_put_impl_, the DML kernel.
+    _aten.index.Tensor: _device_indices,
+    _aten._index_put_impl_.default: _device_indices,
+    # failure_modes.md #19, #20: an empty input to cat fails ("The parameter is
+    # incorrect."); stack and C++ composites (torch.combinations) reach cat too.
+    _aten.cat.default: _drop_empty,
+}
+
+def _always(home, args, kwargs):
+    return args, kwargs
+
+
+def _to_copy_makes(home, args, kwargs):
+    """``_to_copy`` to the device of a dtype it cannot hold: complex/bf16 from anywhere,
+    float64 cast on the device (a CPU float64 *transfer* is the ``dtypes`` patch's float32
+    cast at the Python level; DirectML holds float64 data, it cannot compute on it)."""
+    self, dtype = args[0], kwargs.get("dtype") or args[0].dtype
+    if dtype in islands.NEVER_HELD or (dtype is torch.float64 and not self.is_cpu
+                                       and not devices.has_float64_support(home)):
+        return args, (dict(kwargs, device=torch.device("cpu")) if "device" in kwargs else kwargs)
+    return None
+
+
+# aten overload -> makes(home, args, kwargs) -> the (args, kwargs) to run on the CPU, or
+# None: a call that would create a value the device cannot hold runs there as a CPU
+# island (dmlshim.islands; failure_modes.md #7, #8, #9), however the op is reached (a
+# reference bound before activate(), torch.ops.aten, C++ composites: torch.stft,
+# softmax(dtype=torch.float64), float_power).  The dtypes patch does the same for Python
+# calls, with the island type kept on the result; here a C++ composite's result is a
+# plain CPU tensor.
+ISLANDS: Dict[torch._ops.OpOverload, Callable] = {
+    _aten._fft_r2c.default: _always, _aten._fft_c2c.default: _always,
+    _aten._fft_c2r.default: _always, _aten.complex.default: _always,
+    _aten.polar.default: _always, _aten.linalg_eig.default: _always,
+    _aten._to_copy.default: _to_copy_makes,
 }
 
 KEY = "BackendSelect"
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
-_NUMBERS = (bool, int, float, complex)
 _library = None
 
 
@@ -123,27 +204,48 @@ def backend_key(target: str):
 
 
 def _kernel(op, fix: Fix, backend, name: str):
-    redispatch, call_for_key, below = op.redispatch, op._op_dk, _BELOW
-
-    def next_kernel(keyset, args, kwargs):
-        # A wrapped number (the 2.5 of x * 2.5) reaches a Python kernel as a Python
-        # number, which redispatch() refuses for a Tensor argument; the overload's call
-        # for one dispatch key wraps it back as torch's Python binding does (+2.5 us).
-        for a in args:
-            if type(a) in _NUMBERS:
-                return call_for_key((keyset & below).highestPriorityTypeId(), *args, **kwargs)
-        return redispatch(keyset & below, *args, **kwargs)
-
     def kernel(keyset, *args, **kwargs):
+        args = fallback.numbers_as_tensors(op, args)   # x * True: the fix sees a bool tensor
         if keyset.has(backend):                        # a tensor on the target device
             start = time.perf_counter()
             fixed = fix(args, kwargs)
             if fixed is not None:
-                result = next_kernel(keyset, *fixed)
+                result = fixed.result if isinstance(fixed, Done) else _next_kernel(op, keyset, *fixed)
                 trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
                 return result
-        return next_kernel(keyset, args, kwargs)
+        return _next_kernel(op, keyset, args, kwargs)
     return kernel
+
+
+def _next_kernel(op, keyset, args, kwargs):
+    """Redispatch below BackendSelect.  Python numbers in Tensor slots (wrapped numbers:
+    the 2.5 of ``x * 2.5`` reaches a Python kernel as a Python number, which ``redispatch``
+    refuses) become the 0-dim tensors they were (``fallback.numbers_as_tensors``)."""
+    return op.redispatch(keyset & _BELOW, *fallback.numbers_as_tensors(op, args), **kwargs)
+
+
+def _island_kernel(op, makes, backend, target: str, name: str):
+    def kernel(keyset, *args, **kwargs):
+        if not fallback.busy():                        # the shim's own CPU work passes
+            home = fallback.device_of(args, kwargs, target) if keyset.has(backend) else None
+            if home is None and "device" in kwargs and kwargs["device"] is not None:
+                device = torch.device(kwargs["device"])   # _to_copy(cpu_tensor, device=dml)
+                home = device if device.type == target else None
+            run = makes(home, args, kwargs) if home is not None else None
+            if run is not None:
+                return islands.run(op, *run, home, op=name)
+        if op is _aten._to_copy.default:
+            keyset = _with_device_key(keyset, kwargs.get("device"))
+        return _next_kernel(op, keyset, args, kwargs)
+    return kernel
+
+
+def _with_device_key(keyset, device):
+    """What torch's own BackendSelect kernel of ``_to_copy`` (which ours replaces while
+    active) adds: the key of the ``device=`` argument, so ``x.to(dml)`` reaches the
+    backend's ``_to_copy``."""
+    key = backend_key(torch.device(device).type) if device is not None else None
+    return keyset if key is None else keyset | torch._C.DispatchKeySet(key)
 
 
 def install(ctx: Context) -> None:
@@ -155,6 +257,14 @@ def install(ctx: Context) -> None:
     for op, fix in FIXES.items():
         name = op.name()                               # "aten::mul.Tensor"
         library.impl(name.split("::", 1)[1], _kernel(op, fix, backend, name), KEY, with_keyset=True)
+    for op, makes in ISLANDS.items():
+        name = op.name()
+        with warnings.catch_warnings():
+            # torch has a BackendSelect kernel of its own for _to_copy; ours stands in for
+            # it (_with_device_key) and uninstall() brings it back
+            warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
+            library.impl(name.split("::", 1)[1], _island_kernel(op, makes, backend, ctx.target, name),
+                         KEY, with_keyset=True)
     _library = library
 
 
@@ -166,8 +276,9 @@ def uninstall() -> None:
 
 
 def registered() -> Dict[str, bool]:
-    """``{"aten::mul.Tensor": True, ...}``: whether each ``FIXES`` overload has a
-    BackendSelect kernel now (read from ``torch._C._dispatch_dump``)."""
-    return {op.name(): any(line.startswith(KEY + ":")
+    """``{"aten::mul.Tensor": True, ...}``: whether each overload has dmlshim's
+    BackendSelect kernel now (read from ``torch._C._dispatch_dump``; torch's own
+    BackendSelect kernel of ``_to_copy`` does not count)."""
+    return {op.name(): any(line.startswith(KEY + ":") and "RegisterBackendSelect" not in line
                            for line in torch._C._dispatch_dump(op.name()).splitlines())
-            for op in FIXES}
+            for op in (*FIXES, *ISLANDS)}
