@@ -469,7 +469,9 @@ def held(dtype: torch.dtype, device: torch.device) -> bool:
 def _on_allowed_device(t: torch.Tensor, device: torch.device) -> bool:
     if t.device.type == device.type:
         return True
-    return t.device.type == "cpu" and not held(t.dtype, device)
+    # a CPU island: a dtype the device cannot hold, or a sparse layout (DirectML has no
+    # sparse kernels, failure_modes.md #30)
+    return t.device.type == "cpu" and (not held(t.dtype, device) or t.layout is not torch.strided)
 
 
 def _tolerance(dtype, device) -> Tuple[float, float]:

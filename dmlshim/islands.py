@@ -2,8 +2,8 @@
 
 DirectML cannot hold complex or bfloat16 tensors: creating one aborts the process
 (``[F dml_util.cc:118] Invalid or unsupported data type``; failure_modes.md #8, #9;
-DirectML#421, #688, #704), and most consumer GPUs compute no float64 (#7;
-DirectML#430).  Audio models make complex values on the device all the time
+DirectML#421, #688, #704), most consumer GPUs compute no float64 (#7;
+DirectML#430), and it has no sparse kernels (#30: Whisper's sparse buffer).  Audio models make complex values on the device all the time
 (``torch.stft``, ``torch.fft``, ``torch.complex`` before ``istft``).
 
 The rule (docs/internals.md, "CPU islands"):
@@ -34,8 +34,8 @@ import torch
 
 from . import devices, fallback, trace
 
-__all__ = ["Island", "CPUIslandWarning", "is_island", "home", "holdable", "unholdable", "mark",
-           "run"]
+__all__ = ["Island", "CPUIslandWarning", "is_island", "home", "holdable", "held", "unholdable",
+           "mark", "run"]
 
 # DirectML aborts on these (failure_modes.md #8, #9) whatever the adapter.
 NEVER_HELD = frozenset({torch.bfloat16, torch.complex32, torch.complex64, torch.complex128})
@@ -118,12 +118,23 @@ def holdable(dtype: torch.dtype, device: torch.device) -> bool:
     return dtype not in unholdable(device)
 
 
+def held(t: torch.Tensor, device: torch.device) -> bool:
+    """Can ``device`` hold ``t``?  Not a dtype of :func:`unholdable`, and on DirectML
+    not a sparse layout either (no SparsePrivateUse1 kernels: failure_modes.md #30)."""
+    if device.type != "privateuseone":
+        return True
+    return t.layout is torch.strided and t.dtype not in unholdable(device)
+
+
 def mark(t: torch.Tensor, device: torch.device) -> Island:
     """``t`` (a CPU tensor) as an island of ``device``; an island already is kept as is
     (an in-place op returns its own ``self``).  Zero-copy; autograd history is kept."""
     if not isinstance(t, Island):
         with torch._C.DisableTorchFunctionSubclass():
-            t = t.as_subclass(Island)
+            if t.layout is torch.strided:
+                t = t.as_subclass(Island)
+            else:                                 # sparse: no storage to alias; a new leaf
+                t = torch.Tensor._make_subclass(Island, t.detach(), t.requires_grad)
     if getattr(t, "_dmlshim_home", None) is None:
         t._dmlshim_home = torch.device(device)
     return t
@@ -151,13 +162,14 @@ def run(func: Callable, args: tuple, kwargs: dict, device: torch.device, *, op: 
 
 
 def _run(func, args, kwargs, device, nested=False):
-    cannot = unholdable(device)
     island_storages = {_storage(t) for t in trace.tensors_in((args, kwargs)) if isinstance(t, Island)}
     plain_cpu = {id(t) for t in trace.tensors_in((args, kwargs))
                  if t.is_cpu and not isinstance(t, Island)}
 
     def stays(t: torch.Tensor) -> bool:
-        return t.dtype in cannot or (t.numel() > 0 and _storage(t) in island_storages)
+        if not held(t, device):
+            return True
+        return t.numel() > 0 and _storage(t) in island_storages
 
     with torch._C.DisableTorchFunctionSubclass():
         # nested: inside the shim's own CPU work, which moves its results itself

@@ -1,12 +1,13 @@
 """The dispatcher-level net: DirectML fixes that hold however the aten op is reached.
 
-Three tables, each an aten overload -> function, registered at the BackendSelect key:
+Two tables, each an aten overload -> function, registered at the BackendSelect key:
 
 * ``FIXES`` rewrite the arguments and redispatch, on the device: float x bool
   (``mul``), CPU index tensors (``index``, ``_index_put_impl_``), empty ``cat`` inputs;
 * ``ISLANDS`` run a call that would create a value DirectML cannot hold (complex,
   bfloat16, float64 without FP64) on the CPU as a CPU island (``dmlshim.islands``):
-  ``_fft_r2c/c2c/c2r``, ``complex``, ``polar``, ``linalg_eig``, ``_to_copy``.
+  ``_fft_r2c/c2c/c2r``, ``complex``, ``polar``, ``linalg_eig``, ``_linalg_eigvals``,
+  ``_to_copy``, float64 ``full``, ``_to_sparse*`` (no sparse kernels on DirectML).
 
 What follows explains the mechanism with ``mul``, the first entry.
 
@@ -182,12 +183,87 @@ def _to_copy_makes(home, args, kwargs):
 # softmax(dtype=torch.float64), float_power).  The dtypes patch does the same for Python
 # calls, with the island type kept on the result; here a C++ composite's result is a
 # plain CPU tensor.
+def _float64_factory(home, args, kwargs):
+    """A float64 factory on a device without float64 (``linalg.pinv``/``matrix_rank`` make
+    their tolerance with ``at::full(..., kDouble)``): made on the CPU."""
+    if kwargs.get("dtype") is torch.float64 and not devices.has_float64_support(home):
+        return args, dict(kwargs, device=torch.device("cpu"))
+    return None
+
+
+def _float64_math(home, args, kwargs):
+    """An op that computes in float64 inside, on a device without float64: on the CPU."""
+    return None if devices.has_float64_support(home) else (args, kwargs)
+
+
+def _to_sparse_makes(home, args, kwargs):
+    """A sparse result: DirectML has no sparse kernels (SparsePrivateUse1, #30)."""
+    return None if args[0].is_cpu else (args, kwargs)
+
+
 ISLANDS: Dict[torch._ops.OpOverload, Callable] = {
     _aten._fft_r2c.default: _always, _aten._fft_c2c.default: _always,
-    _aten._fft_c2r.default: _always, _aten.complex.default: _always,
-    _aten.polar.default: _always, _aten.linalg_eig.default: _always,
+    _aten._fft_c2r.default: _always,       # the exit of irfft/hfft: its real result goes home
+    _aten.complex.default: _always, _aten.polar.default: _always,
+    _aten.linalg_eig.default: _always, _aten._linalg_eigvals.default: _always,
+    _aten.view_as_complex.default: _always,   # a copy on the CPU, no longer a view (docs)
     _aten._to_copy.default: _to_copy_makes,
+    _aten.full.default: _float64_factory,
+    # CompositeExplicitAutograd, so not in COMPOSITES: its tolerance is computed in float64
+    _aten.linalg_pinv.atol_rtol_tensor: _float64_math,
+    **{getattr(_aten, n).default: _to_sparse_makes
+       for n in ("_to_sparse", "_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr", "_to_sparse_bsc")},
+    _aten._to_sparse.sparse_dim: _to_sparse_makes,
+    # torch >= 2.10: scaled matmul with a bfloat16 result
+    **({_aten._scaled_mm_v2.default: _always} if hasattr(_aten, "_scaled_mm_v2") else {}),
 }
+def _no_float64(home, args, kwargs):
+    return not devices.has_float64_support(home)
+
+
+def _float64_dtype(home, args, kwargs):
+    return kwargs.get("dtype", args[2] if len(args) > 2 else None) is torch.float64 \
+        and not devices.has_float64_support(home)
+
+
+# CompositeImplicitAutograd ops (aten name -> needs(home, args, kwargs)) whose C++
+# decomposition makes values the device cannot hold and then computes with them, so no
+# BackendSelect kernel can put things right inside: irfft/hfft turn a real input complex
+# (the island's real result would stay on the CPU), pinv and matrix_rank compute their
+# tolerance in float64.  A kernel at the target's Autograd key (AutogradPrivateUse1; no
+# torch-directml kernel there) runs the whole op on the CPU as a CPU island, autograd
+# included, when ``needs`` says so, and torch's own decomposition otherwise
+# (``OpOverload.decompose``).  Under inference_mode (no Autograd keys) the decomposition
+# runs and the BackendSelect tables above do what they can.
+COMPOSITES: Dict[str, Callable] = {
+    **{n: lambda home, args, kwargs: True
+       for n in ("fft_irfft", "fft_irfft2", "fft_irfftn", "fft_hfft", "fft_hfft2", "fft_hfftn")},
+    "linalg_pinv": _no_float64, "pinverse": _no_float64, "linalg_matrix_rank": _no_float64,
+    "float_power": _no_float64, "softmax": _float64_dtype, "log_softmax": _float64_dtype,
+}
+
+
+def _composite_overloads():
+    for base, needs in COMPOSITES.items():
+        packet = getattr(_aten, base)
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+                yield op, needs
+
+
+def _composite_kernel(op, needs, target: str, name: str):
+    def kernel(*args, **kwargs):
+        if not fallback.busy():
+            home = fallback.device_of(args, kwargs, target)
+            if home is not None and needs(home, args, kwargs):
+                return islands.run(op, args, kwargs, home, op=name)
+        return op.decompose(*args, **kwargs)
+    return kernel
+
+
+# ops with a BackendSelect kernel of torch's own, which ours stands in for while active
+_TORCH_BACKEND_SELECT = {_aten._to_copy.default, _aten.full.default}
 
 KEY = "BackendSelect"
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
@@ -225,26 +301,44 @@ def _next_kernel(op, keyset, args, kwargs):
 
 
 def _island_kernel(op, makes, backend, target: str, name: str):
+    factory = not any(isinstance(a.type, torch.TensorType) for a in op._schema.arguments)
+    stands_in = op in _TORCH_BACKEND_SELECT
+
     def kernel(keyset, *args, **kwargs):
         if not fallback.busy():                        # the shim's own CPU work passes
-            home = fallback.device_of(args, kwargs, target) if keyset.has(backend) else None
-            if home is None and "device" in kwargs and kwargs["device"] is not None:
-                device = torch.device(kwargs["device"])   # _to_copy(cpu_tensor, device=dml)
-                home = device if device.type == target else None
+            home = _home(keyset, backend, target, args, kwargs)
             run = makes(home, args, kwargs) if home is not None else None
             if run is not None:
                 return islands.run(op, *run, home, op=name)
-        if op is _aten._to_copy.default:
-            keyset = _with_device_key(keyset, kwargs.get("device"))
+        if stands_in:
+            keyset = _with_device_key(keyset, kwargs.get("device"), factory)
         return _next_kernel(op, keyset, args, kwargs)
     return kernel
 
 
-def _with_device_key(keyset, device):
-    """What torch's own BackendSelect kernel of ``_to_copy`` (which ours replaces while
-    active) adds: the key of the ``device=`` argument, so ``x.to(dml)`` reaches the
-    backend's ``_to_copy``."""
-    key = backend_key(torch.device(device).type) if device is not None else None
+def _home(keyset, backend, target, args, kwargs):
+    """The device a call's values belong to: its first target-device tensor, a
+    ``device=`` of the target type (``_to_copy(cpu_t, device=dml)``, factories), or the
+    home of an island argument (``irfft``'s ``_fft_c2r`` inside a C++ composite)."""
+    if keyset.has(backend):
+        return fallback.device_of(args, kwargs, target)
+    device = kwargs.get("device")
+    if device is not None:
+        device = torch.device(device)
+        return device if device.type == target else None
+    for a in args:
+        if islands.is_island(a):
+            return islands.home(a)
+    return None
+
+
+def _with_device_key(keyset, device, factory: bool):
+    """What torch's own BackendSelect kernel (of ``_to_copy``, ``full``; ours replaces it
+    while active) adds: the key of the ``device=`` argument (the CPU's for a factory
+    without one), so ``x.to(dml)`` and ``torch.full(..., device=dml)`` reach the backend."""
+    if device is None and not factory:
+        return keyset
+    key = backend_key(torch.device(device).type if device is not None else "cpu")
     return keyset if key is None else keyset | torch._C.DispatchKeySet(key)
 
 
@@ -260,11 +354,15 @@ def install(ctx: Context) -> None:
     for op, makes in ISLANDS.items():
         name = op.name()
         with warnings.catch_warnings():
-            # torch has a BackendSelect kernel of its own for _to_copy; ours stands in for
-            # it (_with_device_key) and uninstall() brings it back
+            # torch has BackendSelect kernels of its own for _to_copy and full; ours
+            # stand in for them (_with_device_key) and uninstall() brings them back
             warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
             library.impl(name.split("::", 1)[1], _island_kernel(op, makes, backend, ctx.target, name),
                          KEY, with_keyset=True)
+    autograd_key = "Autograd" + backend.name          # AutogradPrivateUse1
+    for op, needs in _composite_overloads():
+        name = op.name()
+        library.impl(name.split("::", 1)[1], _composite_kernel(op, needs, ctx.target, name), autograd_key)
     _library = library
 
 
@@ -281,4 +379,7 @@ def registered() -> Dict[str, bool]:
     BackendSelect kernel of ``_to_copy`` does not count)."""
     return {op.name(): any(line.startswith(KEY + ":") and "RegisterBackendSelect" not in line
                            for line in torch._C._dispatch_dump(op.name()).splitlines())
-            for op in (*FIXES, *ISLANDS)}
+            for op in (*FIXES, *ISLANDS)} | {
+        op.name(): any(line.startswith("AutogradPrivateUse1:")       # torch and torch-directml
+                       for line in torch._C._dispatch_dump(op.name()).splitlines())  # have none
+        for op, _ in _composite_overloads()}

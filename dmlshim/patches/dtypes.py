@@ -23,6 +23,9 @@ dtype goes back to the device.  The creators:
   reduction and softmax ops below take it positionally too; every other entry point
   is checked for the keyword by the ``auto`` patch (:func:`creates`).
 
+A sparse tensor moved to DirectML (no sparse kernels; failure_modes.md #30: Whisper's
+``alignment_heads`` buffer) becomes an island too.
+
 Transfers are the one place float64 is cast rather than kept on the CPU:
 ``Tensor.to(device)`` (and so ``Module.to``) of a float64 tensor gives float32 on
 the device, with one warning, so a model whose buffers were saved in float64 still
@@ -99,10 +102,10 @@ _TYPE_NAMES = {"DoubleTensor": torch.float64, "BFloat16Tensor": torch.bfloat16,
 # ---------------------------------------------------------------- Tensor.to
 
 def _to_select(ctx: Context):
-    special, dtype_type = _SPECIAL, torch.dtype
+    special, dtype_type, strided = _SPECIAL, torch.dtype, torch.strided
 
     def select(self, args, kwargs):
-        if self.dtype not in special:
+        if self.dtype not in special and self.layout is strided:
             for a in args:
                 if type(a) is dtype_type and a in special:
                     break
@@ -121,7 +124,7 @@ def _to_handle(func, args, kwargs):
     device, dtype = _parse_to(args, kwargs)
     home = device if device is not None else (islands.home(self) or self.device)
     dtype = dtype or self.dtype
-    if islands.holdable(dtype, home):
+    if islands.holdable(dtype, home) and (self.layout is torch.strided or home.type != "privateuseone"):
         return "pass", func(*args, **kwargs)
     options = {k: kwargs[k] for k in ("memory_format",) if k in kwargs}
     if device is not None and self.is_cpu and dtype is torch.float64:
@@ -134,8 +137,12 @@ def _to_handle(func, args, kwargs):
             "aborts the process on this dtype (DirectML#688, #421; failure_modes.md #8, #9). "
             "Convert the model first, e.g. model.float() (or .half()).")
 
+    if self.is_cpu and self.dtype is dtype:    # already what it should be: a zero-copy alias
+        islands.run(lambda t: t, (self,), {}, home, op="Tensor.to", traced=False)   # warns once
+        return "island", islands.mark(self, home) if not islands.is_island(self) else self
+
     def cast(t):                               # on the CPU: the island's own copy
-        return t.to(dtype, **options) if t.dtype is not dtype else t.view_as(t)
+        return t.to(dtype, **options)
     return "island", islands.run(cast, (self,), {}, home, op="Tensor.to", traced=False)
 
 
