@@ -23,9 +23,7 @@ bicif, seaco, sensevoice, paraformer-streaming, whisper); ``--vad-model random``
 CT-Transformer punctuation and cam++ speaker labels (``spk_model`` needs a VAD
 model: a random one is added when none is given).
 
-Exit status: 0 done (and within the profile); 1 outside the profile; 3 a model that
-cannot run on the device for a known reason (``random:whisper`` on DirectML: see
-KNOWN_FAILURES), with the reason on stderr.
+Exit status: 0 done (and within the profile); 1 outside the profile.
 
 ``random:paraformer-streaming`` runs FunASR's streaming loop over each file, as
 FunASR's streaming example does: 600 ms chunks (``chunk_size=[0, 10, 5]``), one
@@ -118,31 +116,6 @@ def random_kind(model):
     """The KIND of ``random`` / ``random:KIND`` (``random`` = seaco); None for a bad KIND."""
     kind = model.partition(":")[2] or "seaco"
     return kind if model in ("random", f"random:{kind}") and kind in RANDOM_KINDS else None
-
-
-# Known reasons a model cannot run on DirectML at all, by kind: printed with the error.
-KNOWN_FAILURES = {
-    "whisper": "openai-whisper keeps its alignment_heads buffer as a sparse tensor "
-               "(whisper/model.py:276) and torch-directml 0.2.5 cannot make sparse tensors "
-               "(aten::_sparse_coo_tensor_with_dims_and_tensors has no kernel; "
-               "failure_modes.md #30), so model.to(device) fails; dmlshim does not fix "
-               "this yet. Run Whisper with --device cpu.",
-}
-
-
-def model_failure(exc, kind, device):
-    """A one-paragraph message for an error that stops a model on ``device``: the error's
-    first line, the model code that raised it, and the known cause for ``kind``."""
-    import traceback
-
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if "site-packages" in f.filename and "/torch/" not in f.filename]
-    where = f" (in {frames[-1].filename.split('site-packages/')[-1]}:{frames[-1].lineno})" \
-        if frames else ""
-    first = (str(exc).strip().splitlines() or [""])[0].split(". ")[0]
-    message = f"error: the {kind or 'model'} model cannot run on {device}: " \
-              f"{type(exc).__name__}: {first[:200]}{where}"
-    return message + (f"\n  {KNOWN_FAILURES[kind]}" if kind in KNOWN_FAILURES else "")
 
 
 def resolve_models(args):
@@ -288,14 +261,8 @@ def main(argv=None):
     print(f"device: {device} (--device {args.device}); dmlshim active: {dmlshim.is_active()}")
 
     streaming = kind == "paraformer-streaming"
-    try:
-        model = load(models, device, args.ncpu)  # kept alive: report() shows its cached weights
-        results = run(model, args.audio, args.hotword, str(device), streaming)
-    except (RuntimeError, NotImplementedError) as exc:
-        if kind not in KNOWN_FAILURES:
-            raise
-        print(model_failure(exc, kind, device), file=sys.stderr)
-        return 3
+    model = load(models, device, args.ncpu)      # kept alive: report() shows its cached weights
+    results = run(model, args.audio, args.hotword, str(device), streaming)
     show(results)
     print("\ndmlshim: intercepted calls on the device")
     print(dmlshim.report())
