@@ -385,3 +385,61 @@ def test_net_keeps_transfers_and_casts_working(net, data, profile):
     assert x.to(xd.device).device == xd.device and xd.to("cpu").is_cpu
     assert xd.half().device == xd.device and xd.half().dtype == torch.float16
     parity.assert_close(xd.to(torch.float16).cpu(), x.half(), profile)
+
+
+_irfft, _hfft, _pinv, _matrix_rank, _to_sparse = (
+    torch.fft.irfft, torch.fft.hfft, torch.linalg.pinv, torch.linalg.matrix_rank, torch.Tensor.to_sparse)
+
+# CompositeImplicitAutograd ops that make complex/float64 values inside: run whole on the
+# CPU by the Autograd-key kernel; their real results come back to the device
+HOME_CASES = {
+    "fft.irfft, padded (bound)": lambda x: _irfft(x, n=12),
+    "fft.hfft (bound)": lambda x: _hfft(x),
+    "linalg.pinv (bound)": lambda x: _pinv(x),
+    "linalg.matrix_rank (bound)": lambda x: _matrix_rank(x),
+}
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("case", list(HOME_CASES))
+def test_without_net_composites_fail(data, case):
+    from dmlshim import emulation
+    dmlshim.deactivate()
+    with pytest.raises((emulation.FatalDirectMLError, RuntimeError), match="unsupported data type|Double"):
+        HOME_CASES[case](data[1][0])
+
+
+@pytest.mark.parametrize("case", list(HOME_CASES))
+def test_net_runs_composites_on_the_cpu_with_results_on_the_device(net, data, case, profile):
+    expected = HOME_CASES[case](data[0][0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = HOME_CASES[case](data[1][0])
+    assert got.device == data[1][0].device
+    parity.assert_close(got.cpu(), expected, profile)
+
+
+def test_net_keeps_autograd_through_a_composite(net, data, profile):
+    x, xd = data[0][0].clone().requires_grad_(), data[1][0].clone().requires_grad_()
+    _irfft(x, n=12).pow(2).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _irfft(xd, n=12).pow(2).sum().backward()
+    assert xd.grad.device == data[1][0].device
+    parity.assert_close(xd.grad.cpu(), x.grad, profile)
+
+
+@pytest.mark.emulated_only
+def test_sparse_results_fail_raw_and_are_cpu_islands_with_the_net(data, dml_device):
+    dmlshim.deactivate()
+    with pytest.raises(NotImplementedError, match="Sparse"):
+        _to_sparse(data[1][0])
+    dispatcher.install(patches.Context(target=dml_device.type))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _to_sparse(data[1][0])
+    finally:
+        dispatcher.uninstall()
+    assert got.is_cpu and got.layout == torch.sparse_coo
+    assert torch.equal(got.to_dense(), data[0][0])
