@@ -76,6 +76,11 @@ def _cases(dev):
         "device: x * 2.5": lambda: xd * 2.5,
         "device: torch.add(x, y)": lambda: torch.add(xd, yd),
         "device: torch.ldexp(mask, i)": lambda: torch.ldexp(md, id_),
+        # _to_copy, cat and index have net kernels too (CPU islands, empty inputs, CPU indices)
+        "cpu: x.half()": lambda: x.half(),
+        "cpu -> device: x.to(dev)": lambda: x.to(dev),
+        "cpu: torch.cat([x, y])": lambda: torch.cat([x, y]),
+        "device: torch.cat([x, y])": lambda: torch.cat([xd, yd]),
     }
 
 

@@ -19,11 +19,11 @@ def test_zoo_table_rows_and_markdown(tmp_path, capsys, dml_device, profile):
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert rows[0] == "| " + " | ".join(zoo.HEADER) + " |"
     sensevoice, whisper = rows[1].split(" | "), rows[2].split(" | ")
-    # SenseVoice: fails raw (a CPU mask indexing a device tensor), the shim sends that
-    # assignment to the CPU, and the transcripts equal the CPU's within the profile
+    # SenseVoice: fails raw (a CPU mask indexing a device tensor), the dispatcher net
+    # moves the mask to the device, and the transcripts equal the CPU's within the profile
     assert sensevoice[0] == "| SenseVoiceSmall"
     assert sensevoice[1].startswith("`RuntimeError: ") and "sense_voice/model.py" in sensevoice[1]
-    assert "`Tensor.__setitem__` cpu=" in sensevoice[2]
+    assert "`aten::_index_put_impl_` coerce=" in sensevoice[2]
     assert "0 token edit(s)" in sensevoice[3]
     assert " s / " in sensevoice[4]
     # Whisper: its sparse buffer fails raw; with the shim it is a CPU island and the

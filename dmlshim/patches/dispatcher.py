@@ -66,11 +66,10 @@ nothing under ``inference_mode`` (Autograd keys excluded) nor below Autograd (``
 (``aten::reshape``).
 
 The price of BackendSelect: while active, every call of a ``FIXES`` overload pays a Python
-kernel on every device, the CPU included: +3.0-3.8 µs per mul, +5.6-6.8 µs for ``x * 2.5``
-(a wrapped number reaches a Python kernel as a Python number, which ``redispatch`` refuses
-for a Tensor argument, so such calls go through the overload's call for one dispatch key,
-``OpOverload._op_dk``, which wraps it back); other ops pay nothing; a mul from a C++ thread
-takes the GIL.  Fixes are made on the device (no transfer) and show in ``dmlshim.report()``
+kernel on every device, the CPU included: +3.0-3.8 µs per mul, more for ``x * 2.5`` (a
+wrapped number reaches a Python kernel as a Python number, which ``redispatch`` refuses
+for a Tensor argument; ``fallback.numbers_as_tensors`` makes it the 0-dim tensor it was);
+other ops pay nothing; a mul from a C++ thread takes the GIL.  Fixes are made on the device (no transfer) and show in ``dmlshim.report()``
 under the aten name (``aten::mul.Tensor``, action ``coerce``); calls needing nothing are not
 recorded.  The ``mul`` patch stays (+0.6 µs per Python-level mul): it fixes the Python entry
 points before the dispatcher and names them in the report, carries auto's error handling
