@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -190,10 +191,21 @@ def numbers_as_tensors(op: torch._ops.OpOverload, args) -> list:
     for a Tensor argument.  ``torch.tensor(number)`` has the default dtype of its kind,
     and dim-0 tensors, like wrapped numbers, promote only across categories, so the
     result dtype is the same."""
-    if not any(type(a) in _NUMBERS for a in args):
+    for a in args:                      # the fast path, without a generator
+        if type(a) in _NUMBERS:
+            break
+    else:
         return args
     slots = _tensor_slots(op)
-    return [torch.tensor(a) if i in slots and type(a) in _NUMBERS else a for i, a in enumerate(args)]
+    return [_number_tensor(type(a), a, math.copysign(1.0, a.real) if type(a) is not bool else 1.0)
+            if i in slots and type(a) in _NUMBERS else a for i, a in enumerate(args)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _number_tensor(kind, value, sign) -> torch.Tensor:
+    # Cached (torch.tensor costs ~3 us): a wrapped number is only ever read.  The key
+    # keeps 1, 1.0 and True apart (kind) and -0.0 apart from 0.0 (sign).
+    return torch.tensor(value)
 
 
 @functools.lru_cache(maxsize=None)

@@ -79,6 +79,7 @@ the net is not installed (``fallback="off"`` only observes); with both, a Python
 """
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
@@ -261,6 +262,8 @@ def _composite_kernel(op, needs, target: str, name: str):
     return kernel
 
 
+# ops whose island arguments decide where their results go (the exit of irfft/hfft)
+_FROM_ISLANDS = {_aten._fft_c2r.default}
 # ops with a BackendSelect kernel of torch's own, which ours stands in for while active
 _TORCH_BACKEND_SELECT = {_aten._to_copy.default, _aten.full.default}
 
@@ -269,6 +272,7 @@ _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect
 _library = None
 
 
+@functools.lru_cache(maxsize=None)
 def backend_key(target: str):
     """The dispatch key of device type ``target`` (``privateuseone`` -> ``PrivateUse1``,
     ``cuda`` -> ``CUDA``), or None if torch knows none."""
@@ -279,8 +283,10 @@ def backend_key(target: str):
 
 
 def _kernel(op, fix: Fix, backend, name: str):
+    numbers = fallback.numbers_as_tensors
+
     def kernel(keyset, *args, **kwargs):
-        args = fallback.numbers_as_tensors(op, args)   # x * True: the fix sees a bool tensor
+        args = numbers(op, args)                       # x * True: the fix sees a bool tensor
         if keyset.has(backend):                        # a tensor on the target device
             start = time.perf_counter()
             fixed = fix(args, kwargs)
@@ -295,39 +301,43 @@ def _kernel(op, fix: Fix, backend, name: str):
 def _next_kernel(op, keyset, args, kwargs):
     """Redispatch below BackendSelect.  Python numbers in Tensor slots (wrapped numbers:
     the 2.5 of ``x * 2.5`` reaches a Python kernel as a Python number, which ``redispatch``
-    refuses) become the 0-dim tensors they were (``fallback.numbers_as_tensors``)."""
-    return op.redispatch(keyset & _BELOW, *fallback.numbers_as_tensors(op, args), **kwargs)
+    refuses) must already be the 0-dim tensors they were (``fallback.numbers_as_tensors``)."""
+    return op.redispatch(keyset & _BELOW, *args, **kwargs)
 
 
 def _island_kernel(op, makes, backend, target: str, name: str):
     factory = not any(isinstance(a.type, torch.TensorType) for a in op._schema.arguments)
     stands_in = op in _TORCH_BACKEND_SELECT
+    from_islands = op in _FROM_ISLANDS
+    busy, numbers = fallback.busy, fallback.numbers_as_tensors
 
     def kernel(keyset, *args, **kwargs):
-        if not fallback.busy():                        # the shim's own CPU work passes
-            home = _home(keyset, backend, target, args, kwargs)
+        args = numbers(op, args)
+        device = kwargs.get("device")
+        if (keyset.has(backend) or device is not None or from_islands) and not busy():
+            home = _home(keyset, backend, target, device, from_islands, args, kwargs)
             run = makes(home, args, kwargs) if home is not None else None
             if run is not None:
                 return islands.run(op, *run, home, op=name)
         if stands_in:
-            keyset = _with_device_key(keyset, kwargs.get("device"), factory)
-        return _next_kernel(op, keyset, args, kwargs)
+            keyset = _with_device_key(keyset, device, factory)
+        return op.redispatch(keyset & _BELOW, *args, **kwargs)
     return kernel
 
 
-def _home(keyset, backend, target, args, kwargs):
+def _home(keyset, backend, target, device, from_islands, args, kwargs):
     """The device a call's values belong to: its first target-device tensor, a
     ``device=`` of the target type (``_to_copy(cpu_t, device=dml)``, factories), or the
     home of an island argument (``irfft``'s ``_fft_c2r`` inside a C++ composite)."""
     if keyset.has(backend):
         return fallback.device_of(args, kwargs, target)
-    device = kwargs.get("device")
     if device is not None:
-        device = torch.device(device)
+        device = device if isinstance(device, torch.device) else torch.device(device)
         return device if device.type == target else None
-    for a in args:
-        if islands.is_island(a):
-            return islands.home(a)
+    if from_islands:
+        for a in args:
+            if islands.is_island(a):
+                return islands.home(a)
     return None
 
 
@@ -337,8 +347,15 @@ def _with_device_key(keyset, device, factory: bool):
     without one), so ``x.to(dml)`` and ``torch.full(..., device=dml)`` reach the backend."""
     if device is None and not factory:
         return keyset
-    key = backend_key(torch.device(device).type if device is not None else "cpu")
-    return keyset if key is None else keyset | torch._C.DispatchKeySet(key)
+    key = _device_keyset(device.type if isinstance(device, torch.device) else
+                         torch.device(device).type if device is not None else "cpu")
+    return keyset if key is None else keyset | key
+
+
+@functools.lru_cache(maxsize=None)
+def _device_keyset(device_type: str):
+    key = backend_key(device_type)
+    return None if key is None else torch._C.DispatchKeySet(key)
 
 
 def install(ctx: Context) -> None:
