@@ -35,7 +35,7 @@ import torch
 from . import devices, fallback, trace
 
 __all__ = ["Island", "CPUIslandWarning", "is_island", "home", "holdable", "held", "unholdable",
-           "mark", "run"]
+           "mark", "run", "warn_once"]
 
 # DirectML aborts on these (failure_modes.md #8, #9) whatever the adapter.
 NEVER_HELD = frozenset({torch.bfloat16, torch.complex32, torch.complex64, torch.complex128})
@@ -115,6 +115,7 @@ def unholdable(device: torch.device) -> frozenset:
 
 
 def holdable(dtype: torch.dtype, device: torch.device) -> bool:
+    """Can ``device`` hold values of ``dtype`` (see :func:`unholdable`)?"""
     return dtype not in unholdable(device)
 
 
@@ -155,7 +156,7 @@ def run(func: Callable, args: tuple, kwargs: dict, device: torch.device, *, op: 
     op = op or _op_name(func)
     if fallback.busy():
         return _run(func, args, kwargs, device, nested=True)
-    _warn_once(op, device)
+    warn_once(op, device)
     if not traced:
         return _run(func, args, kwargs, device)
     return trace.call(op, lambda f, a, k: ("island", _run(f, a, k, device)), func, args, kwargs)
@@ -212,7 +213,8 @@ _warned: set = set()
 _warned_lock = threading.Lock()
 
 
-def _warn_once(op: str, device: torch.device) -> None:
+def warn_once(op: str, device: torch.device) -> None:
+    """The :class:`CPUIslandWarning` of ``op``, once per process."""
     with _warned_lock:
         if op in _warned:
             return

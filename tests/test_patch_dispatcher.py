@@ -360,15 +360,6 @@ def test_net_moves_indices_and_drops_empties(net, data, case, profile):
     parity.assert_close(got.cpu(), fn(data[0][0]), profile)
 
 
-@pytest.mark.emulated_only
-@pytest.mark.parametrize("case", list(ISLAND_CASES))
-def test_without_net_complex_and_float64_fail(data, case):
-    from dmlshim import emulation
-    dmlshim.deactivate()
-    with pytest.raises((emulation.FatalDirectMLError, RuntimeError), match="unsupported data type|Double"):
-        ISLAND_CASES[case](data[1][0])
-
-
 @pytest.mark.parametrize("case", list(ISLAND_CASES))
 def test_net_runs_them_as_cpu_islands(net, data, case, profile):
     expected = ISLAND_CASES[case](data[0][0])
@@ -401,12 +392,12 @@ HOME_CASES = {
 
 
 @pytest.mark.emulated_only
-@pytest.mark.parametrize("case", list(HOME_CASES))
-def test_without_net_composites_fail(data, case):
+@pytest.mark.parametrize("case", [*ISLAND_CASES, *HOME_CASES])
+def test_without_net_complex_and_float64_fail(data, case):
     from dmlshim import emulation
     dmlshim.deactivate()
     with pytest.raises((emulation.FatalDirectMLError, RuntimeError), match="unsupported data type|Double"):
-        HOME_CASES[case](data[1][0])
+        {**ISLAND_CASES, **HOME_CASES}[case](data[1][0])
 
 
 @pytest.mark.parametrize("case", list(HOME_CASES))

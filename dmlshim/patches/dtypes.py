@@ -44,7 +44,6 @@ from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
 
-UNSUPPORTED = islands.NEVER_HELD                # kept: the name older code imports
 _SPECIAL = islands.SPECIAL
 
 # ops that take a ``dtype=`` (also positionally) to compute in
@@ -138,7 +137,7 @@ def _to_handle(func, args, kwargs):
             "Convert the model first, e.g. model.float() (or .half()).")
 
     if self.is_cpu and self.dtype is dtype:    # already what it should be: a zero-copy alias
-        islands.run(lambda t: t, (self,), {}, home, op="Tensor.to", traced=False)   # warns once
+        islands.warn_once("Tensor.to", home)
         return "island", islands.mark(self, home) if not islands.is_island(self) else self
 
     def cast(t):                               # on the CPU: the island's own copy
