@@ -161,6 +161,7 @@ FIXES: Dict[torch._ops.OpOverload, Fix] = {
     _aten.cat.default: _drop_empty,
 }
 
+
 def _always(home, args, kwargs):
     return args, kwargs
 
@@ -176,13 +177,6 @@ def _to_copy_makes(home, args, kwargs):
     return None
 
 
-# aten overload -> makes(home, args, kwargs) -> the (args, kwargs) to run on the CPU, or
-# None: a call that would create a value the device cannot hold runs there as a CPU
-# island (dmlshim.islands; failure_modes.md #7, #8, #9), however the op is reached (a
-# reference bound before activate(), torch.ops.aten, C++ composites: torch.stft,
-# softmax(dtype=torch.float64), float_power).  The dtypes patch does the same for Python
-# calls, with the island type kept on the result; here a C++ composite's result is a
-# plain CPU tensor.
 def _float64_factory(home, args, kwargs):
     """A float64 factory on a device without float64 (``linalg.pinv``/``matrix_rank`` make
     their tolerance with ``at::full(..., kDouble)``): made on the CPU."""
@@ -201,6 +195,13 @@ def _to_sparse_makes(home, args, kwargs):
     return None if args[0].is_cpu else (args, kwargs)
 
 
+# aten overload -> makes(home, args, kwargs) -> the (args, kwargs) to run on the CPU, or
+# None: a call that would create a value the device cannot hold runs there as a CPU
+# island (dmlshim.islands; failure_modes.md #7, #8, #9), however the op is reached (a
+# reference bound before activate(), torch.ops.aten, C++ composites: torch.stft,
+# softmax(dtype=torch.float64), float_power).  The dtypes patch does the same for Python
+# calls, with the island type kept on the result; here a C++ composite's result is a
+# plain CPU tensor.
 ISLANDS: Dict[torch._ops.OpOverload, Callable] = {
     _aten._fft_r2c.default: _always, _aten._fft_c2c.default: _always,
     _aten._fft_c2r.default: _always,       # the exit of irfft/hfft: its real result goes home
