@@ -24,7 +24,9 @@ $(STAMP): pyproject.toml Makefile
 	echo "torch==$(TORCH_VERSION)" > $(VENV)/constraints.txt
 	$(if $(TORCHVISION),echo "torchvision==$(TORCHVISION)" >> $(VENV)/constraints.txt)
 	$(PIP) install --upgrade pip setuptools wheel
-	$(PIP) install "torch==$(TORCH_VERSION)"
+	# No download cache for torch: the 2.4.1 lane's CUDA wheel and its nvidia-* packages are
+	# 3 GB of downloads (6 GB installed), and a cached copy doubles that on a small CI disk.
+	$(PIP) install --no-cache-dir "torch==$(TORCH_VERSION)"
 	$(PIP) install -e ".[$(EXTRAS)]"
 	touch $@
 
