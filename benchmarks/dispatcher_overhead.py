@@ -81,7 +81,15 @@ def _cases(dev):
         "cpu -> device: x.to(dev)": lambda: x.to(dev),
         "cpu: torch.cat([x, y])": lambda: torch.cat([x, y]),
         "device: torch.cat([x, y])": lambda: torch.cat([xd, yd]),
+        # a COMPOSITES op: kernels at AutogradPrivateUse1 and, under inference_mode, PrivateUse1
+        "device: torch.softmax(x, 0)": lambda: torch.softmax(xd, 0),
+        "device: torch.softmax(x, 0) in inference_mode": lambda: _inference(torch.softmax, xd, 0),
     }
+
+
+def _inference(fn, *args):
+    with torch.inference_mode():
+        return fn(*args)
 
 
 def _time(cases, variants, quick, baseline="shim off"):

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import dmlshim
-from dmlshim import parity, patches
+from dmlshim import islands, parity, patches
 from dmlshim.patches import dispatcher
 
 aten = torch.ops.aten
@@ -323,8 +323,9 @@ def test_property_aten_mul_with_bool_equals_cpu(dml_device, shape, ones, dtype, 
 # Reached from C++ composites or references bound before activate(), which no Python-level
 # wrapper sees (OpInfo's op_db holds such references: python -m dmlshim conformance).
 
-_index_put, _combinations, _rfft, _softmax, _cfloat = (
-    torch.index_put, torch.combinations, torch.fft.rfft, torch.softmax, torch.Tensor.cfloat)
+_index_put, _combinations, _rfft, _softmax, _cfloat, _float_power = (
+    torch.index_put, torch.combinations, torch.fft.rfft, torch.softmax, torch.Tensor.cfloat,
+    torch.float_power)
 
 NET_CASES = {
     # failure_modes.md #10: CPU index tensors in a DirectML kernel ("unbox expects Dml")
@@ -335,11 +336,21 @@ NET_CASES = {
     "combinations, r > n": (lambda x: _combinations(x[0, :3], r=4), RuntimeError),
     "combinations, n = 1": (lambda x: _combinations(x[0, :1], r=2), RuntimeError),
 }
+
+
+def _inference_mode(fn):
+    def run(x):
+        with torch.inference_mode():     # no Autograd keys: the backend-key kernel runs
+            return fn(x.clone())
+    return run
+
+
 ISLAND_CASES = {   # failure_modes.md #8, #9 (complex: process abort), #7 (float64)
     "fft.rfft (bound)": lambda x: _rfft(x),
     "Tensor.cfloat (bound)": lambda x: _cfloat(x),
     "softmax(dtype=float64) (bound)": lambda x: _softmax(x, -1, dtype=torch.float64),
     "stft (C++ composite)": lambda x: aten.stft.default(x, 4, 2, return_complex=True),
+    "inference_mode: float_power (bound)": _inference_mode(lambda x: _float_power(x, 2)),
 }
 
 
@@ -366,7 +377,7 @@ def test_net_runs_them_as_cpu_islands(net, data, case, profile):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = ISLAND_CASES[case](data[1][0])
-    assert got.is_cpu and got.dtype == expected.dtype       # the value stays on the CPU
+    assert islands.is_island(got) and got.dtype == expected.dtype   # it stays on the CPU
     parity.assert_close(got, expected, profile)
     assert any(r["actions"].get("island") for r in dmlshim.report().rows)
 
@@ -381,13 +392,18 @@ def test_net_keeps_transfers_and_casts_working(net, data, profile):
 _irfft, _hfft, _pinv, _matrix_rank, _to_sparse = (
     torch.fft.irfft, torch.fft.hfft, torch.linalg.pinv, torch.linalg.matrix_rank, torch.Tensor.to_sparse)
 
+
+
 # CompositeImplicitAutograd ops that make complex/float64 values inside: run whole on the
-# CPU by the Autograd-key kernel; their real results come back to the device
+# CPU by the Autograd-key kernel (the backend-key one under inference_mode); their real
+# results come back to the device
 HOME_CASES = {
     "fft.irfft, padded (bound)": lambda x: _irfft(x, n=12),
     "fft.hfft (bound)": lambda x: _hfft(x),
     "linalg.pinv (bound)": lambda x: _pinv(x),
     "linalg.matrix_rank (bound)": lambda x: _matrix_rank(x),
+    "inference_mode: fft.irfft (bound)": _inference_mode(lambda x: _irfft(x, n=12)),
+    "inference_mode: linalg.matrix_rank (bound)": _inference_mode(lambda x: _matrix_rank(x)),
 }
 
 

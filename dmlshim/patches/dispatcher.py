@@ -1,6 +1,7 @@
 """The dispatcher-level net: DirectML fixes that hold however the aten op is reached.
 
-Two tables, each an aten overload -> function, registered at the BackendSelect key:
+Two tables, each an aten overload -> function, registered at the BackendSelect key
+(a third, ``COMPOSITES``, below, at the backend's Autograd and backend keys):
 
 * ``FIXES`` rewrite the arguments and redispatch, on the device: float x bool
   (``mul``), CPU index tensors (``index``, ``_index_put_impl_``), empty ``cat`` inputs;
@@ -234,8 +235,10 @@ def _float64_dtype(home, args, kwargs):
 # tolerance in float64.  A kernel at the target's Autograd key (AutogradPrivateUse1; no
 # torch-directml kernel there) runs the whole op on the CPU as a CPU island, autograd
 # included, when ``needs`` says so, and torch's own decomposition otherwise
-# (``OpOverload.decompose``).  Under inference_mode (no Autograd keys) the decomposition
-# runs and the BackendSelect tables above do what they can.
+# (``OpOverload.decompose``).  The same kernel sits at the backend key (PrivateUse1), which
+# inference_mode (no Autograd keys) and calls made below Autograd reach instead of the
+# decomposition: a backend kernel outranks CompositeImplicitAutograd there, while the
+# Autograd key keeps ours.
 COMPOSITES: Dict[str, Callable] = {
     **{n: lambda home, args, kwargs: True
        for n in ("fft_irfft", "fft_irfft2", "fft_irfftn", "fft_hfft", "fft_hfft2", "fft_hfftn")},
@@ -376,10 +379,12 @@ def install(ctx: Context) -> None:
             warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
             library.impl(name.split("::", 1)[1], _island_kernel(op, makes, backend, ctx.target, name),
                          KEY, with_keyset=True)
-    autograd_key = "Autograd" + backend.name          # AutogradPrivateUse1
+    # composites at both keys (COMPOSITES); torch-directml has no kernel of these ops there
     for op, needs in _composite_overloads():
         name = op.name()
-        library.impl(name.split("::", 1)[1], _composite_kernel(op, needs, ctx.target, name), autograd_key)
+        kernel = _composite_kernel(op, needs, ctx.target, name)
+        for key in ("Autograd" + backend.name, backend.name):
+            library.impl(name.split("::", 1)[1], kernel, key)
     _library = library
 
 
@@ -391,12 +396,13 @@ def uninstall() -> None:
 
 
 def registered() -> Dict[str, bool]:
-    """``{"aten::mul.Tensor": True, ...}``: whether each overload has dmlshim's
-    BackendSelect kernel now (read from ``torch._C._dispatch_dump``; torch's own
-    BackendSelect kernel of ``_to_copy`` does not count)."""
-    return {op.name(): any(line.startswith(KEY + ":") and "RegisterBackendSelect" not in line
-                           for line in torch._C._dispatch_dump(op.name()).splitlines())
-            for op in (*FIXES, *ISLANDS)} | {
-        op.name(): any(line.startswith("AutogradPrivateUse1:")       # torch and torch-directml
-                       for line in torch._C._dispatch_dump(op.name()).splitlines())  # have none
-        for op, _ in _composite_overloads()}
+    """``{"aten::mul.Tensor": True, ...}``: whether each overload has dmlshim's kernels now
+    (read from ``torch._C._dispatch_dump``): BackendSelect for ``FIXES``/``ISLANDS``
+    (torch's own BackendSelect kernel of ``_to_copy`` does not count), AutogradPrivateUse1
+    and PrivateUse1 for ``COMPOSITES`` (torch and torch-directml have none there)."""
+    def has(op, keys, skip="RegisterBackendSelect"):
+        lines = torch._C._dispatch_dump(op.name()).splitlines()
+        return all(any(line.startswith(key + ":") and skip not in line for line in lines)
+                   for key in keys)
+    return {op.name(): has(op, [KEY]) for op in (*FIXES, *ISLANDS)} | {
+        op.name(): has(op, ["AutogradPrivateUse1", "PrivateUse1"]) for op, _ in _composite_overloads()}
