@@ -61,6 +61,20 @@ def result_meta(stack: bool, tensors, dim):
     return (*ref[:d], sum(t.shape[d] for t in kept), *ref[d + 1:]), dtype
 
 
+def drop_empty(stack: bool, tensors, dim):
+    """``tensors`` without their empty (numel 0) inputs, cast to the result dtype
+    (``result_meta``), for the same ``cat``/``stack``; the empty result itself (a Tensor on
+    the inputs' device) when the result is empty; None when the CPU would refuse them."""
+    meta = result_meta(stack, tensors, dim)
+    if meta is None:
+        return None
+    shape, dtype = meta
+    keep = [t if t.dtype == dtype else t.to(dtype) for t in tensors if t.numel()]
+    if not keep or 0 in shape:                         # an empty result: no cat at all
+        return torch.empty(shape, dtype=dtype, device=next(t.device for t in tensors if not t.is_cpu))
+    return keep
+
+
 def _select(ctx: Context):
     target, Tensor = ctx.target, torch.Tensor
 
@@ -89,15 +103,10 @@ def _handler(stack: bool):
     def handle(func, args, kwargs):
         tensors, dim = _split(args, kwargs)
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad and not t.numel() for t in tensors)
-        meta = None if "out" in kwargs or needs_grad else result_meta(stack, tensors, dim)
-        if meta is None:
+        keep = None if "out" in kwargs or needs_grad else drop_empty(stack, tensors, dim)
+        if keep is None:
             return "cpu", fallback.run_on_cpu(func, args, kwargs)
-        shape, dtype = meta
-        device = next(t.device for t in tensors if not t.is_cpu)
-        keep = [t if t.dtype == dtype else t.to(dtype) for t in tensors if t.numel()]
-        if not keep or 0 in shape:
-            return "drop-empty", torch.empty(shape, dtype=dtype, device=device)
-        return "drop-empty", func(keep, dim)
+        return "drop-empty", keep if isinstance(keep, torch.Tensor) else func(keep, dim)
     return handle
 
 

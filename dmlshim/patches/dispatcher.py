@@ -118,21 +118,16 @@ def _device_indices(args, kwargs):
 
 
 def _drop_empty(args, kwargs):
-    """``cat`` with an empty input: the empty inputs dropped (``cat.result_meta`` keeps
-    the CPU's result dtype and shape; the rest is cast to that dtype)."""
+    """``cat`` with an empty input: the empty inputs dropped (``cat.drop_empty`` keeps
+    the CPU's result dtype and shape)."""
     tensors = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     if len(tensors) < 2 or all(t.numel() for t in tensors):
         return None
-    meta = cat.result_meta(False, tensors, dim)
-    if meta is None:
+    keep = cat.drop_empty(False, tensors, dim)
+    if keep is None:
         return None                                    # the CPU's error
-    shape, dtype = meta
-    keep = [t if t.dtype == dtype else t.to(dtype) for t in tensors if t.numel()]
-    if not keep or 0 in shape:                         # an empty result: no cat at all
-        device = next(t.device for t in tensors if not t.is_cpu)
-        return Done(torch.empty(shape, dtype=dtype, device=device))
-    return (keep, dim), {}
+    return Done(keep) if isinstance(keep, torch.Tensor) else ((keep, dim), {})
 
 
 class Done(NamedTuple):
