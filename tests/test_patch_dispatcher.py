@@ -426,12 +426,34 @@ def test_net_runs_composites_on_the_cpu_with_results_on_the_device(net, data, ca
     parity.assert_close(got.cpu(), expected, profile)
 
 
-def test_net_keeps_autograd_through_a_composite(net, data, profile):
+_complex, _polar, _view_as_complex = torch.complex, torch.polar, torch.view_as_complex
+
+# losses through a composite (irfft) and through island creators reached below the Python
+# wrappers: each is run as an island call above autograd, so gradients come back to the device
+GRAD_CASES = {
+    "fft.irfft (bound)": lambda x: _irfft(x, n=12).pow(2).sum(),
+    "fft.rfft (bound)": lambda x: _rfft(x).abs().sum(),
+    "complex (bound)": lambda x: _complex(x, 2 * x).abs().sum(),
+    "polar (bound)": lambda x: _polar(x.abs(), x).real.sum(),
+    "view_as_complex (bound)": lambda x: _view_as_complex(x[:, :4].contiguous().reshape(3, 2, 2)).abs().sum(),
+}
+
+
+@pytest.mark.emulated_only
+def test_without_net_island_creators_abort_with_gradients_too(data):
+    from dmlshim import emulation
+    dmlshim.deactivate()
+    with pytest.raises(emulation.FatalDirectMLError, match="unsupported data type"):
+        GRAD_CASES["fft.rfft (bound)"](data[1][0].clone().requires_grad_())
+
+
+@pytest.mark.parametrize("case", list(GRAD_CASES))
+def test_net_keeps_autograd_through_composites_and_island_creators(net, data, case, profile):
     x, xd = data[0][0].clone().requires_grad_(), data[1][0].clone().requires_grad_()
-    _irfft(x, n=12).pow(2).sum().backward()
+    GRAD_CASES[case](x).backward()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _irfft(xd, n=12).pow(2).sum().backward()
+        GRAD_CASES[case](xd).backward()
     assert xd.grad.device == data[1][0].device
     parity.assert_close(xd.grad.cpu(), x.grad, profile)
 

@@ -197,7 +197,8 @@ def _to_sparse_makes(home, args, kwargs):
 # reference bound before activate(), torch.ops.aten, C++ composites: torch.stft,
 # softmax(dtype=torch.float64), float_power).  The dtypes patch does the same for Python
 # calls, with the island type kept on the result; here a C++ composite's result is a
-# plain CPU tensor.
+# plain CPU tensor.  Those that always make an island (``_always``) also sit at the
+# Autograd key, so their backward goes through the CPU too (``_autograd_island_kernel``).
 ISLANDS: Dict[torch._ops.OpOverload, Callable] = {
     _aten._fft_r2c.default: _always, _aten._fft_c2c.default: _always,
     _aten._fft_c2r.default: _always,       # the exit of irfft/hfft: its real result goes home
@@ -324,6 +325,29 @@ def _island_kernel(op, makes, backend, target: str, name: str):
     return kernel
 
 
+def _at_autograd_too(op, makes) -> bool:
+    return makes is _always and op not in _FROM_ISLANDS
+
+
+def _autograd_island_kernel(op, backend, target: str, name: str):
+    """An ``ISLANDS`` creator that always makes an island (``_always``), at the target's
+    Autograd key: run as an island call above autograd, so its backward goes through the
+    CPU and back (``.to()`` is differentiable).  The BackendSelect kernel alone runs below
+    autograd, which then records the op on the device inputs and gets CPU gradients back
+    ("invalid gradient ... expected device").  Inside the shim's own CPU work, torch's
+    autograd kernel (the same one AutogradOther holds)."""
+    key = getattr(torch._C.DispatchKey, "Autograd" + backend.name)
+    other = torch._C.DispatchKey.AutogradOther
+
+    def kernel(keyset, *args, **kwargs):
+        if not fallback.busy():
+            home = fallback.device_of(args, kwargs, target)
+            if home is not None:
+                return islands.run(op, args, kwargs, home, op=name)
+        return op.redispatch(keyset.remove(key).add(other), *args, **kwargs)
+    return kernel
+
+
 def _home(keyset, backend, target, device, from_islands, args, kwargs):
     """The device a call's values belong to: its first target-device tensor, a
     ``device=`` of the target type (``_to_copy(cpu_t, device=dml)``, factories), or the
@@ -374,6 +398,9 @@ def install(ctx: Context) -> None:
             warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
             library.impl(name.split("::", 1)[1], _island_kernel(op, makes, backend, ctx.target, name),
                          KEY, with_keyset=True)
+            if _at_autograd_too(op, makes):              # stands in for torch's autograd kernel
+                library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
+                             "Autograd" + backend.name, with_keyset=True)
     # composites at both keys (COMPOSITES); torch-directml has no kernel of these ops there
     for op, needs in _composite_overloads():
         name = op.name()
@@ -391,13 +418,18 @@ def uninstall() -> None:
 
 
 def registered() -> Dict[str, bool]:
-    """``{"aten::mul.Tensor": True, ...}``: whether each overload has dmlshim's kernels now
-    (read from ``torch._C._dispatch_dump``): BackendSelect for ``FIXES``/``ISLANDS``
-    (torch's own BackendSelect kernel of ``_to_copy`` does not count), AutogradPrivateUse1
-    and PrivateUse1 for ``COMPOSITES`` (torch and torch-directml have none there)."""
-    def has(op, keys, skip="RegisterBackendSelect"):
+    """``{"aten::mul.Tensor": True, ...}``: whether each overload has all of dmlshim's
+    kernels now (read from ``torch._C._dispatch_dump``): BackendSelect for ``FIXES`` and
+    ``ISLANDS`` (torch's own BackendSelect kernel of ``_to_copy`` does not count), plus
+    AutogradPrivateUse1 for the creators that always make islands; AutogradPrivateUse1
+    and PrivateUse1 for ``COMPOSITES`` (torch and torch-directml register none there:
+    torch's autograd kernels sit at the ``Autograd`` alias)."""
+    def has(op, keys):
         lines = torch._C._dispatch_dump(op.name()).splitlines()
-        return all(any(line.startswith(key + ":") and skip not in line for line in lines)
-                   for key in keys)
-    return {op.name(): has(op, [KEY]) for op in (*FIXES, *ISLANDS)} | {
-        op.name(): has(op, ["AutogradPrivateUse1", "PrivateUse1"]) for op, _ in _composite_overloads()}
+        return all(any(line.startswith(key + ":") and "RegisterBackendSelect" not in line
+                       for line in lines) for key in keys)
+    autograd = "AutogradPrivateUse1"
+    return {op.name(): has(op, [KEY]) for op in FIXES} | {
+        op.name(): has(op, [KEY, autograd] if _at_autograd_too(op, makes) else [KEY])
+        for op, makes in ISLANDS.items()} | {
+        op.name(): has(op, [autograd, "PrivateUse1"]) for op, _ in _composite_overloads()}
