@@ -392,8 +392,6 @@ def test_net_keeps_transfers_and_casts_working(net, data, profile):
 _irfft, _hfft, _pinv, _matrix_rank, _to_sparse = (
     torch.fft.irfft, torch.fft.hfft, torch.linalg.pinv, torch.linalg.matrix_rank, torch.Tensor.to_sparse)
 
-
-
 # CompositeImplicitAutograd ops that make complex/float64 values inside: run whole on the
 # CPU by the Autograd-key kernel (the backend-key one under inference_mode); their real
 # results come back to the device
@@ -440,11 +438,12 @@ GRAD_CASES = {
 
 
 @pytest.mark.emulated_only
-def test_without_net_island_creators_abort_with_gradients_too(data):
+@pytest.mark.parametrize("case", list(GRAD_CASES))
+def test_without_net_gradient_cases_abort(data, case):
     from dmlshim import emulation
     dmlshim.deactivate()
     with pytest.raises(emulation.FatalDirectMLError, match="unsupported data type"):
-        GRAD_CASES["fft.rfft (bound)"](data[1][0].clone().requires_grad_())
+        GRAD_CASES[case](data[1][0].clone().requires_grad_())
 
 
 @pytest.mark.parametrize("case", list(GRAD_CASES))
