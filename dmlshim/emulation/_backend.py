@@ -29,6 +29,7 @@ import os
 import torch
 
 from . import _compiled, _python_api, routing
+from .rules import FatalDirectMLError, fatal_dtype_message
 from ..fallback import numbers_as_tensors
 
 DEVICE_TYPE = "privateuseone"
@@ -99,7 +100,6 @@ def _to_dev(x, originals):
         if not x.is_cpu:
             return x
         if x.dtype in _ABORT_DTYPES:
-            from .rules import FatalDirectMLError, fatal_dtype_message  # rules imports us
             raise FatalDirectMLError(fatal_dtype_message(dtype=x.dtype))
         return to_device(x)
     if isinstance(x, (list, tuple)):

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backend, gpu_numerics, localized, routing
+from . import _backend, gpu_numerics, localized, routing, rules
 from .rules import Rule, default_rules
 
 UNKNOWN_OPS = ("native", "cpu_fallback", "error")
@@ -42,6 +42,7 @@ def set_config(new):
     global config, _generation
     with _lock:
         config = new
+        rules.float64_supported = new.has_float64_support
         _generation += 1
 
 

@@ -53,7 +53,11 @@ from typing import Callable, Optional, Tuple, Union
 
 import torch
 
-from . import _state, routing  # _state.config is read at call time
+from . import routing
+
+# Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
+# the device's configuration, passes it down: rules stays below _state (no cycle).
+float64_supported = False
 
 Tensor = torch.Tensor
 
@@ -172,7 +176,7 @@ def _is_float64_math(op):
 
 
 def _uses_float64(*args, **kwargs):
-    if _state.config.has_float64_support:
+    if float64_supported:
         return False
     if kwargs and kwargs.get("dtype") is torch.float64:
         return True
@@ -183,7 +187,7 @@ def _uses_float64(*args, **kwargs):
 
 
 def _python_float_scalar(self, other, *_, **__):
-    return isinstance(other, float) and not _state.config.has_float64_support
+    return isinstance(other, float) and not float64_supported
 
 
 _UNSUPPORTED_DTYPES = frozenset([torch.bfloat16, torch.complex32, torch.complex64,

@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Tuple
 
 from ..config import FALLBACK_MODES
 from ._wrap import Context, PatchSet, original, when_imported  # noqa: F401  (the helper API)
+from . import auto  # noqa: F401  hands its guard to _wrap (provide_guard)
 
 
 @dataclass(frozen=True)

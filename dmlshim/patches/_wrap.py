@@ -78,11 +78,21 @@ class Guard(NamedTuple):
     failed: Optional[Callable[[Callable, tuple, dict, BaseException], Any]] = None
 
 
+_guard_provider: Optional[Callable[[Any, str, str], Guard]] = None
+
+
+def provide_guard(provider: Callable[[Any, str, str], Guard]) -> None:
+    """Set the ``provider(owner, name, op) -> Guard`` that ``intercept`` wrappers run
+    (``auto.guard``).  auto builds on this module, so it hands its guard down when
+    imported (``dmlshim.patches`` imports it) instead of being imported here."""
+    global _guard_provider
+    _guard_provider = provider
+
+
 def _guard(ctx: Context, owner: Any, name: str, op: str) -> Guard:
-    if ctx.fallback == "off" or isinstance(owner, str):   # auto: not in "off" (REGISTRY), torch only
-        return Guard()
-    from . import auto                      # lazy: auto imports this module
-    return auto.guard(owner, name, op)
+    if ctx.fallback == "off" or isinstance(owner, str) or _guard_provider is None:
+        return Guard()                      # auto: not in "off" (REGISTRY), torch only
+    return _guard_provider(owner, name, op)
 
 
 def original(owner: Any, name: str) -> Any:

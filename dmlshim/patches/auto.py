@@ -51,7 +51,7 @@ import torch
 
 from .. import errors, fallback, islands, trace
 from . import dtypes
-from ._wrap import Context, Guard, PatchSet
+from ._wrap import Context, Guard, PatchSet, provide_guard
 
 __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
            "entry_points", "guard"]
@@ -201,6 +201,9 @@ def guard(owner, name: str, op: str) -> Guard:
     memo = _memo.setdefault(op, set())
     return Guard(memo, _CATCH, functools.partial(_remembered, memo), functools.partial(_cpu, op),
                  functools.partial(_failed, op, memo=memo))
+
+
+provide_guard(guard)
 
 
 def _island_home(args, kwargs):
