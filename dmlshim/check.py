@@ -3,30 +3,11 @@
 Runs a script (``check SCRIPT [ARGS...]``) or a function (``check
 MODULE:CALLABLE``) on the emulated DirectML device (:mod:`dmlshim.emulation`,
 which fails where torch-directml 0.2.5 fails) with dmlshim active, then prints a
-coverage report:
+coverage report: ops handled by dmlshim, ops that failed on the device, and silent
+CPU fallbacks inside torch-directml (failure_modes.md #33, note B).
+``--without-shim`` runs with ``fallback="off"``; ``--json`` / ``--output FILE``.
 
-* **handled by dmlshim**: every op that would fail or compute wrong results on
-  DirectML and what the shim did about it (``coerce``, ``drop-empty``, ``cpu``),
-  with calls, seconds and bytes moved host<->device, and the error that made
-  ``fallback="auto"`` step in;
-* **failed on the device**: aten ops that raised on the emulated device (and
-  silent wrong results, ``quirk``), whether or not the shim recovered;
-* **silent CPU fallbacks inside torch-directml**: aten ops that torch-directml
-  0.2.5 runs on the CPU without telling you more than once (failure_modes.md
-  row #33, note B): performance cliffs, from the dispatcher routing table.
-
-How the code gets the device: ``check`` installs the emulated device and sets
-``DMLSHIM_DEVICE=directml``, so ``dmlshim.select_device()`` returns it; code
-that asks ``torch_directml.device()`` itself must be pointed at
-``dmlshim.select_device()`` (or accept a ``--device`` option) to be checked.
-During the run ``import torch_directml`` fails, even where it is installed, so
-the real device cannot take the emulated one's place.
-
-``--without-shim`` runs with ``fallback="off"`` (dmlshim only observes): the
-report then lists what breaks raw (the first hard failure usually ends the
-run). ``--json`` prints the same report as JSON; ``--output FILE`` writes it
-to a file instead of stdout.
-"""
+How the code gets the device and what each section means: docs/check.md."""
 from __future__ import annotations
 
 import argparse

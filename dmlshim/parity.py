@@ -1,35 +1,17 @@
 """Parity with the CPU: figures that compare a device result with the CPU reference,
 and the tolerance profiles that judge them.
 
-A real GPU does not compute bit for bit like the CPU: its matmul, convolution and
-reduction kernels accumulate in other orders. So dmlshim claims parity through a
-*profile*, and every comparison prints its figures:
-
-``exact``
-    The emulated device running the CPU's own kernels (``dmlshim.emulation``, default
-    numerics): every figure must be zero.
-``device``
-    A real GPU, or the emulator with ``numerics="gpu"``. Thresholds:
-
-    * tensors, floating point: ``|actual - expected| <= atol + rtol * |expected|``
-      elementwise with ``rtol = atol = 1e-3`` for float32/float64, the tolerance
-      PyTorch itself uses to compare CUDA results with the CPU's on every OpInfo
-      sample (``test/test_ops.py::test_compare_cpu``); ``1e-2`` for float16/bfloat16
-      (``assert_close``'s bfloat16 default rtol is 1.6e-2). Integer and bool tensors,
-      shapes and dtypes must be equal.
-    * images (uint8): max pixel difference <= ``max_pixel`` levels and PSNR >=
-      ``min_psnr_db`` (see :data:`PROFILES` for the figures measured that chose them).
-    * transcripts: the same tokens (edit distance 0) and every timestamp within one
-      Paraformer frame (60 ms: ``lfr_n`` 6 x 10 ms): a GPU's rounding may move a CIF
-      peak by a frame, never change a word of a well-decided model.
-
-Usage::
+A real GPU does not compute bit for bit like the CPU, so dmlshim claims parity through
+a *profile* (``exact`` on the emulator's default numerics, ``device`` on a real GPU or
+``numerics="gpu"``; thresholds in :data:`PROFILES`), and every comparison prints its
+figures::
 
     from dmlshim import parity
     figures = parity.compare(device_out, cpu_out)          # TensorFigures
     print(figures)                                         # max abs 0, max rel 0, ...
     parity.assert_close(device_out, cpu_out, "device")     # AssertionError with figures
-"""
+
+Where each threshold comes from: docs/parity.md."""
 import dataclasses
 import math
 import sys

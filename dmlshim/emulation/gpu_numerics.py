@@ -1,31 +1,14 @@
 """GPU-like numerics for the emulated device (``configure(numerics="gpu")``).
 
-A real GPU does not round like the CPU: its matmul and convolution kernels split the
-reduction dimension across threads (split-K), reductions run as trees, softmax and
-normalizations are computed from their formulas rather than by the CPU's fused
-kernels. With ``numerics="gpu"`` the emulator does the same, deterministically, on
-the CPU: the ops and dtypes are those of the default mode; only the rounding differs.
+A real GPU does not round like the CPU: split-K matmuls and convolutions, tree
+reductions, softmax and normalizations from their formulas.  With ``numerics="gpu"``
+the emulator does the same, deterministically, on the CPU: the ops and dtypes are
+those of the default mode; only the rounding differs, within the ``device`` tolerance
+profile (:mod:`dmlshim.parity`).  Integer, bool and complex inputs compute as on the
+CPU.
 
-==================================  ===============================================  =========
-aten op (floating point)            computed as                                      bound
-==================================  ===============================================  =========
-``mm``, ``bmm``, ``addmm``,         even and odd k as two partial products, added    see below
-``baddbmm``                         in the output dtype (split-K)
-``convolution_overrideable``        even and odd input channels (``groups == 1``)    see below
-``sum``, ``mean``                   accumulated in float64, rounded once             0.5 ULP of
-                                                                                     the exact
-``_softmax``, ``_log_softmax``      ``exp(x - max) / sum``, ``x - max - log(sum)``   a few ULP
-``native_layer_norm``,              mean, variance and ``rsqrt`` from their          a few ULP
-``native_group_norm``               formulas
-==================================  ===============================================  =========
-
-A split-K sum differs from the CPU's by the rounding of one extra addition, so
-elementwise relative differences stay within ``K * eps`` of the dot product's
-magnitude (the classic bound for a length-K dot product; float32 eps = 1.2e-7).
-``tests/test_numerics.py`` measures the figures on random inputs and holds them to
-the bounds documented there; all stay inside the ``device`` tolerance profile
-(:mod:`dmlshim.parity`). Integer, bool and complex inputs compute as on the CPU.
-"""
+Which ops, how each is computed and its error bound: docs/emulation.md
+("GPU-like numerics")."""
 import functools
 
 import torch

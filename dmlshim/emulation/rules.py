@@ -10,44 +10,8 @@ Users describe failures we have not met yet with their own rules::
         "aten::upsample_bilinear2d", message="The parameter is incorrect.",
         source="my model, AMD RX 6600")], extend=True)
 
-Every default cites its row of ``failure_modes.md`` (shared/directml).
-
-Defaults (:func:`default_rules`):
-
-===============================  =============================================  ======
-op                               DirectML does                                  row
-===============================  =============================================  ======
-``mul.Tensor`` float x bool      returns a **bool** tensor (silent)             #17
-``convolution_overrideable``     bool input: "The parameter is incorrect."      DESIGN
-``cat`` (and ``stack``)          an empty input: "The parameter is incorrect."  #19 #20
-native math on float64           "The GPU device does not support Double..."    #7 #25
-``rsub.Scalar`` (``1.0 - x``)    the same: the Python float becomes a Double    #7
-bf16/complex on the device       :class:`FatalDirectMLError` (process abort;    #8 #9
-                                 also any op result of those dtypes, _backend)
-a CPU tensor in a DML kernel     "unbox expects Dml at::Tensor as inputs"       #10
-===============================  =============================================  ======
-
-Not rules, because the dispatcher already decides them:
-
-* ``nn.LSTM``/``nn.GRU``: torch routes their cells on a PrivateUse1 tensor to
-  ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (in 2.4.1 and 2.13
-  alike), whose route is ``CPU_FALLBACK_NO_CPU_KERNEL``: the fallback warning,
-  then ``NotImplementedError`` (rows #1, #2, #34).
-* ``nn.RNN`` runs: ATen has no fused tanh/relu RNN cell; ``rnn_tanh`` and
-  ``rnn_relu`` decompose to ``linear`` + ``tanh``/``relu`` (all ``DML_KERNEL``
-  in the routing table) on every non-cuDNN/MIOpen device, and no public report
-  shows nn.RNN failing on DirectML. The issue text lists nn.RNN next to
-  LSTM/GRU, but the evidence says it works, so the emulator lets it run.
-* ``torch.Generator(device=dml)`` raises PyTorch's own error (no generator
-  hook is registered), as DirectML has no generator API (row #35).
-* ``torch.autocast("privateuseone")`` is accepted and changes nothing (#36).
-
-Not emulated: ``Tensor.new`` (#11) does not reach a distinct aten op (it
-calls ``empty``), and torch 2.13 accepts PrivateUse1 in legacy constructors;
-row #11 marks the failure unknown on torch 2.4.1. In-place ``float_t *=
-bool_t`` (``mul_``) runs correctly: row #17 does not say what DirectML
-writes into the float tensor.
-"""
+Every default cites its row of ``failure_modes.md``; the table of defaults and what
+is deliberately not a rule: docs/emulation.md ("DirectML's quirks are rules")."""
 import dataclasses
 from typing import Callable, Optional, Tuple, Union
 

@@ -1,42 +1,16 @@
 """fallback="auto": any torch call that DirectML fails is retried on the CPU.
 
-DirectML's list of failures is open-ended (failure_modes.md has dozens), so the
-known patches cannot be the whole answer. This patch puts a thin wrapper on
-every Python entry point into a C++ torch op: the builtins of ``torch``,
-``torch._VF``, ``torch._C._nn``, ``torch.nn.functional``, ``torch.fft``,
-``torch.linalg``, ``torch.special`` and the methods of ``torch.Tensor``
-(about 2,700 attributes). A wrapper costs one ``try`` on the happy path. When
-the call raises a DirectML-class error (:func:`dmlshim.errors.classify`:
-``RuntimeError``/``NotImplementedError`` from the backend, or the
-``UnicodeDecodeError`` of a localized HRESULT, failure_modes.md Note A) and a
-tensor argument is on the target device, the call runs again on the CPU through
-the fallback engine and its results come back to the device. The failing input
-signature (dtypes and shapes of the tensor arguments; every signature for a
-``NotImplementedError``, i.e. an op with no kernel) is remembered, so later
-calls go straight to the CPU; one warning per op. Entry points a core patch
-already intercepts (``torch.cat``, ``Tensor.__mul__``, ``F.conv1d`` ...) get no
-second wrapper: the core wrapper runs the same logic inline (:func:`guard`).
+DirectML's list of failures is open-ended, so this patch puts a thin wrapper on every
+Python entry point into a C++ torch op (about 2,700 attributes of ``torch``,
+``torch.Tensor``, ``torch.nn.functional`` ...).  A call that raises a DirectML-class
+error (:func:`dmlshim.errors.classify`; failure_modes.md Note A) with a tensor on the
+target device runs again on the CPU; its input signature is remembered, so later calls
+go straight there; one warning per op.  Out of memory and device removed are raised as
+:class:`dmlshim.DirectMLError`.  In ``fallback="known"`` the wrappers only translate
+errors.  Core patches run the same logic inline (:func:`guard`).
 
-Out of memory and device removed are not retried: they are raised as
-:class:`dmlshim.DirectMLError` naming the HRESULT. In ``fallback="known"`` the
-wrappers only translate errors (a localized ``UnicodeDecodeError`` becomes a
-readable ``DirectMLError``) and never retry.
-
-Why wrappers and not a ``TorchFunctionMode`` (benchmarks/auto_fallback_overhead.py,
-results/auto_fallback_overhead.json, minimum times, 1 thread): a mode's stack is
-per thread (a model run from a worker thread would escape it) and, once pushed,
-it also intercepts every tensor attribute read: ``x.shape, x.device`` goes from
-150 ns to 1.9 µs, and model code reads those constantly. A mode adds 0.8-2.1 µs
-to a ~1 µs CPU op; wrapt ``FunctionWrapper``s on every entry point 0.24-1.1 µs
-(120 ms to install); these closures 0.11-0.17 µs (17 ms to install, 2,700
-entry points), 2-4 % of an op on the emulated device and about 2 % of a
-``TransformerEncoderLayer(64)`` forward (35 wrapped calls), and they are global
-(all threads) and leave attribute access alone. The cost of that choice: a
-reference bound before ``activate()`` (``from torch import cat``) or
-``torch.ops.aten.*`` is not covered; ``torch.nn.functional``'s Python functions
-are not wrapped themselves (TorchScript must still compile them) but everything
-they call is.
-"""
+Why wrappers and not a ``TorchFunctionMode``, with the measurements:
+docs/auto-fallback.md ("Design notes")."""
 from __future__ import annotations
 
 import functools

@@ -1,38 +1,14 @@
 """dtypes DirectML cannot hold: complex, bfloat16, and float64 on most GPUs.
 
-* **complex / bfloat16**: creating such a tensor on DirectML aborts the process
-  (``[F dml_util.cc:118] Invalid or unsupported data type``; DirectML#688, #421,
-  #704; failure_modes.md #8, #9).
-* **float64**: most consumer GPUs have none: ``The GPU device does not support
-  Double (Float64) operations!`` (DirectML#430, #396, #438, #699; failure_modes.md
-  #7); it counts only where ``devices.has_float64_support(device)`` is False.
+complex / bfloat16 abort the process (DirectML#688, #421, #704; failure_modes.md #8,
+#9); float64 fails on most consumer GPUs (DirectML#430, #396, #438, #699; #7), and
+counts only where ``devices.has_float64_support(device)`` is False.  This patch wraps
+the entry points that *create* such values from device tensors (complex-making ops,
+casts, ``dtype=`` arguments, sparse tensors: #30) and runs them under the CPU-island
+rule (``dmlshim.islands``).  ``Tensor.to(device)`` of float64 gives float32 with one
+warning; a bfloat16/complex ``Parameter`` moved to the device raises ``TypeError``.
 
-This patch wraps the entry points that *create* such values from device tensors and
-runs them under the CPU-island rule (``dmlshim.islands``): the value is computed on
-the CPU and stays there as an island; what is later computed from it in a holdable
-dtype goes back to the device.  The creators:
-
-* ops that make complex values from real ones: ``torch.fft.*``, ``torch.stft``,
-  ``torch.complex``, ``torch.polar``, ``torch.view_as_complex``,
-  ``torch.linalg.eig``/``eigvals``;
-* arithmetic with a Python complex scalar (``x + 1j * y``; ``*`` is the mul patch's);
-* casts: ``Tensor.to/type/view(dtype)``, ``.cfloat() .cdouble() .bfloat16()
-  .double()``; ``torch.float_power`` (always float64);
-* a ``dtype=`` argument (``torch.cumsum(alphas, 1, dtype=torch.float64)`` in FunASR's
-  CIF predictor, ``torch.zeros(..., dtype=torch.complex64, device=dml)``): the
-  reduction and softmax ops below take it positionally too; every other entry point
-  is checked for the keyword by the ``auto`` patch (:func:`creates`).
-
-A sparse tensor moved to DirectML (no sparse kernels; failure_modes.md #30: Whisper's
-``alignment_heads`` buffer) becomes an island too.
-
-Transfers are the one place float64 is cast rather than kept on the CPU:
-``Tensor.to(device)`` (and so ``Module.to``) of a float64 tensor gives float32 on
-the device, with one warning, so a model whose buffers were saved in float64 still
-runs on the GPU.  A bfloat16/complex tensor moved to the device becomes an island,
-except a ``Parameter``, which raises ``TypeError``: a module whose weights stayed on
-the CPU would fail later with a device mismatch; convert it (``model.float()``).
-"""
+The full list of creators and transfer rules: docs/internals.md ("dtypes and islands")."""
 from __future__ import annotations
 
 import warnings

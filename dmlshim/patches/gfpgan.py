@@ -1,31 +1,15 @@
 """GFPGAN (1.3.8) on DirectML: device default, reproducible StyleGAN2 noise, no silent failures.
 
-1. **Device default.** ``GFPGANer(..., device=None)`` picks "cuda if available else cpu"
-   (``gfpgan/utils.py:37``), so on a DirectML machine the model stays on the CPU. A call
-   without ``device`` gets ``dmlshim.select_device()`` (see ``patches/facexlib.py`` for
-   the face helpers it builds).
-2. **StyleGAN2 noise.** ``StyleConv.forward`` draws its noise with
-   ``out.new_empty(b, 1, h, w).normal_()`` (``archs/stylegan2_clean_arch.py:132``,
-   ``stylegan2_bilinear_arch.py:201``) on the model's device. torch-directml has no
-   device ``Generator`` and its ``manual_seed`` seeds only the CPU generator
-   (failure_modes.md #35; sdnext forces ``torch.Generator('cpu')``), and old builds had
-   no ``normal_`` kernel at all (#39), so a seed does not reproduce the CPU's images.
-   For a call on the target device without ``noise``, the same ``randn(b, 1, h, w)`` is
-   drawn from the CPU default generator and moved to the device (``b x 1 x h x w x
-   itemsize`` bytes host->device, counted as op ``StyleConv.noise``, action ``cpu``):
-   one seed gives the same noise, hence the same image, on every device.
-   ``(h, w)`` is the size after the conv's resampling (``sample_mode`` upsample x2 /
-   downsample x0.5, as ``F.interpolate`` floors) and its ``padding``; a wrong size
-   could not pass silently: the original's ``out + weight * noise`` would fail to
-   broadcast.
-3. **Swallowed errors.** ``GFPGANer.enhance`` wraps the forward in
-   ``except RuntimeError`` and only prints ``Failed inference for GFPGAN: ...``
-   (``gfpgan/utils.py:129``), returning the *unrestored* face: a DirectML failure
-   looks like a model that does nothing. That ``print`` is the one call made inside
-   the ``except`` block, so ``gfpgan.utils`` gets a module-level ``print`` that first
-   logs the live exception with its traceback on logger ``dmlshim`` (ERROR) and counts
-   it as op ``GFPGANer.enhance``, action ``error``; then prints as before.
-"""
+1. ``GFPGANer(..., device=None)`` gets ``dmlshim.select_device()`` instead of
+   "cuda if available else cpu" (``gfpgan/utils.py:37``).
+2. StyleGAN2 noise (``new_empty(...).normal_()``, ``archs/stylegan2_clean_arch.py:132``)
+   is drawn from the CPU default generator and moved to the device: no device
+   ``Generator`` on DirectML (failure_modes.md #35, #39), so one seed gives one image
+   on every device (op ``StyleConv.noise``, action ``cpu``).
+3. The ``RuntimeError`` that ``GFPGANer.enhance`` swallows (``gfpgan/utils.py:129``) is
+   logged on logger ``dmlshim`` and counted (op ``GFPGANer.enhance``, action ``error``).
+
+Details (noise sizes, the ``print`` hook): docs/gfpgan.md ("What dmlshim patches")."""
 from __future__ import annotations
 
 import builtins

@@ -1,0 +1,125 @@
+"""Tables for the docs, made from benchmarks/results/*.json (an mkdocs hook).
+
+A page asks for a table with a marker line; ``mkdocs build`` replaces it:
+
+    <!-- results: conformance -->             the OpInfo conformance summary, one row per torch lane
+    <!-- results: bench FILE.json -->         every row of one benchmark results file
+
+Run alone, ``python docs/gen_tables.py PAGE.md`` prints the page with its tables filled in.
+A marker naming a missing file, or an unknown marker, stops the build (ValueError).
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))? -->$", re.M)
+
+
+def on_page_markdown(markdown, page=None, config=None, files=None):
+    """mkdocs hook: fill in every results marker of a page."""
+    return MARKER.sub(lambda m: _table(m.group(1), m.group(2)), markdown)
+
+
+def _table(kind, arg):
+    if kind == "conformance" and arg is None:
+        return conformance_table()
+    if kind == "bench" and arg:
+        return bench_table(arg)
+    raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''}: "
+                     "allowed: 'conformance', 'bench FILE.json'")
+
+
+def _load(name):
+    path = os.path.join(RESULTS, name)
+    if not os.path.isfile(path):
+        raise ValueError(f"docs: results file {path} not found "
+                         f"(have: {', '.join(sorted(os.listdir(RESULTS)))})")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _committed(name):
+    """The date the results file was last committed (the JSON may not hold one)."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", f"benchmarks/results/{name}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return out or "not committed yet"
+
+
+def _cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def conformance_table():
+    """One row per ``conformance-torch*.json``: samples, matches raw and with dmlshim."""
+    lines = ["| torch | samples compared (raw / shim) | raw: match the CPU | with dmlshim "
+             "| what still differs with dmlshim | raw misses by class | file (committed) |",
+             "|---|---|---|---|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json"))):
+        name = os.path.basename(path)
+        d = _load(name)
+        raw, shim = d["modes"]["raw"], d["modes"]["shim"]
+        differs = {}
+        for r in d["records"]:
+            if r.get("shim") not in ("match", "nondeterministic", None):
+                differs[r["op"]] = differs.get(r["op"], 0) + 1
+        misses = {k: v for k, v in raw["classes"].items() if k not in ("match", "nondeterministic")}
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            d["torch"],
+            f"{raw['compared']:,} / {shim['compared']:,}",
+            f"{raw['match']:,} ({100 * raw['rate']:.2f}%)",
+            f"{shim['match']:,} ({100 * shim['rate']:.2f}%)",
+            ", ".join(f"`{op}` {n}" for op, n in sorted(differs.items(), key=lambda x: -x[1])) or "nothing",
+            ", ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda x: -x[1])),
+            f"`{name}` ({_committed(name)}, commit {d.get('commit', '?')}, Python {d.get('python', '?')}, "
+            f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics)")) + " |")
+    return "\n".join(lines)
+
+
+def _time(seconds):
+    if seconds is None:
+        return ""
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def _rows_table(rows):
+    lines = ["| case | variant | median | min | ratio | note |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = r.get("ratio")
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            r.get("case", ""), r.get("variant", ""), _time(r.get("median_s")), _time(r.get("min_s")),
+            f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else "", r.get("note", ""))) + " |")
+    return "\n".join(lines)
+
+
+def bench_table(name):
+    """Every row of a results file: one benchmark, or a ``make bench`` run of several."""
+    d = _load(name)
+    if "results" in d:                       # benchmarks/run.py: machine + several benchmarks
+        m = d["machine"]
+        out = [f"`{name}`: {m['date']}, torch {m['torch']}, Python {m['python']}, "
+               f"{m['cpu']} ({m['cores']} cores), {m['os']}{', --quick' if d.get('quick') else ''}."]
+        for b in d["results"]:
+            out += ["", f"**{b['benchmark']}** ({b.get('wall_s', 0):.0f} s)", "", _rows_table(b["rows"])]
+        return "\n".join(out)
+    extra = d.get("extra", {})
+    torch = extra.get("torch", "not recorded in the file")
+    return "\n".join([f"`{name}` (committed {_committed(name)}; torch {torch}):", "",
+                      _rows_table(d["rows"])])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python docs/gen_tables.py PAGE.md")
+    with open(sys.argv[1], encoding="utf-8") as f:
+        print(on_page_markdown(f.read()))
