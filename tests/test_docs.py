@@ -1,0 +1,87 @@
+"""The documentation's promises (issue 21): a short README, short module docstrings,
+every ``DMLSHIM_*`` variable and every public name documented, tables from the results.
+
+The site itself is built by ``make docs`` (``mkdocs build --strict``), in CI."""
+import ast
+import importlib
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+README_LIMIT = 12 * 1024          # bytes
+DOCSTRING_LIMIT = 25              # lines of a module docstring
+
+
+def test_readme_is_at_most_12_kb_and_opens_with_install_first_run_and_doctor():
+    data = (ROOT / "README.md").read_bytes()
+    assert len(data) <= README_LIMIT, f"README.md is {len(data)} bytes; the limit is {README_LIMIT}"
+    first_screen = "\n".join(data.decode("utf-8").splitlines()[:50])
+    for must in ("## Install on Windows", "pip install", "python -m dmlshim doctor", "dmlshim.activate()"):
+        assert must in first_screen, f"{must!r} is not in the README's first 50 lines"
+
+
+def test_no_module_docstring_is_longer_than_25_lines():
+    too_long = {}
+    for path in sorted((ROOT / "dmlshim").rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)
+        if doc and len(doc.splitlines()) > DOCSTRING_LIMIT:
+            too_long[str(path.relative_to(ROOT))] = len(doc.splitlines())
+    assert not too_long, (f"module docstrings over {DOCSTRING_LIMIT} lines: {too_long}; say what and "
+                          "why in a few lines and move the rest to a docs/ page")
+
+
+def test_every_dmlshim_variable_is_in_the_configuration_table():
+    used = set()
+    for path in (ROOT / "dmlshim").rglob("*.py"):
+        used |= set(re.findall(r"\bDMLSHIM_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")))
+    table = set(re.findall(r"^\| `(DMLSHIM_[A-Z0-9_]+)`", (DOCS / "configuration.md").read_text(encoding="utf-8"),
+                           re.M))
+    assert used, "found no DMLSHIM_* variable in dmlshim/: the scan is broken"
+    missing = sorted(used - table)
+    assert not missing, f"DMLSHIM_* variables missing from docs/configuration.md's table: {missing}"
+
+
+# A public name documented under another module: dmlshim.DirectMLError lives in dmlshim.errors.
+_DOCUMENTED_AS = {("dmlshim", "DirectMLError"): "dmlshim.errors.DirectMLError"}
+
+
+@pytest.mark.parametrize("module, page", [("dmlshim", "dmlshim.md"),
+                                          ("dmlshim.emulation", "emulation.md"),
+                                          ("dmlshim.parity", "parity.md")])
+def test_the_api_reference_lists_every_public_name(module, page):
+    names = importlib.import_module(module).__all__
+    directives = set(re.findall(r"^::: (\S+)$", (DOCS / "reference" / page).read_text(encoding="utf-8"), re.M))
+    missing = [n for n in names if _DOCUMENTED_AS.get((module, n), f"{module}.{n}") not in directives]
+    assert not missing, f"docs/reference/{page} lacks '::: {module}.NAME' for {missing}"
+
+
+def _gen_tables():
+    sys.path.insert(0, str(DOCS))
+    try:
+        return importlib.import_module("gen_tables")
+    finally:
+        sys.path.remove(str(DOCS))
+
+
+def test_result_tables_come_from_the_json_files():
+    gen = _gen_tables()
+    lanes = sorted((ROOT / "benchmarks" / "results").glob("conformance-torch*.json"))
+    table = gen.conformance_table().splitlines()
+    assert len(table) == 2 + len(lanes) >= 3
+    for lane in lanes:
+        assert any(lane.name in row for row in table), lane.name
+    markers = []
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        markers += gen.MARKER.findall(text)
+        filled = gen.on_page_markdown(text)
+        assert not gen.MARKER.search(filled), page
+    assert ("conformance", "") in markers and ("bench", "latest-torch2.4.1.json") in markers
+    with pytest.raises(ValueError, match="not found"):
+        gen.on_page_markdown("<!-- results: bench no-such-file.json -->")
+    with pytest.raises(ValueError, match="unknown results marker"):
+        gen.on_page_markdown("<!-- results: shoes -->")
