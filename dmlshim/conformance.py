@@ -1,28 +1,16 @@
 """``python -m dmlshim conformance``: PyTorch's OpInfo database on the emulated DirectML device.
 
 Runs the sample inputs of every OpInfo in ``torch.testing._internal.common_methods_invocations.op_db``
-on the emulated device (:mod:`dmlshim.emulation`), raw (without ``dmlshim.activate()``)
-and with the shim (``dmlshim.activate()``, fallback ``"auto"``), and counts how many
-match the CPU. The protocol, the match rule and the failure classes are in
-``docs/conformance.md``; in short:
-
-* for every OpInfo (name + variant) and dtype (float32, int64, bool): the first 4
-  sample inputs ``op.sample_inputs("cpu", dtype, requires_grad=False)`` yields after
-  ``torch.manual_seed(0)``; a sample counts only if the CPU accepts it;
-* every tensor of the sample (input, args, kwargs) is copied to the device (and a
-  ``device="cpu"`` keyword of a factory op becomes the device), and ``op(...)`` runs
-  there after ``torch.manual_seed(0)``, as the CPU reference did;
-* a match: the same structure, dtypes and values (``exact`` profile of
-  :mod:`dmlshim.parity`: bit for bit, NaNs equal), each output tensor on the device or,
-  for a dtype DirectML cannot hold, on the CPU (a *CPU island*).
-
-Usage::
+on the emulated device (:mod:`dmlshim.emulation`), raw and with ``dmlshim.activate()``
+(fallback ``"auto"``), and counts the samples whose outputs match the CPU's (``exact``
+profile of :mod:`dmlshim.parity`; a dtype DirectML cannot hold may stay on the CPU as an
+island).  Usage::
 
     python -m dmlshim conformance [--ops REGEX] [--dtypes float32,int64,bool]
         [--samples 4] [--mode raw|shim|both] [--json PATH] [--verbose] [--min-rate PCT]
 
 or from Python: ``cases = collect(...)``, ``records = run_mode(cases, "shim")``.
-"""
+The protocol, the match rule and the failure classes: docs/conformance.md."""
 from __future__ import annotations
 
 import argparse

@@ -1,25 +1,14 @@
 """The CPU fallback engine and the re-entrancy guard.
 
 ``run_on_cpu`` follows PyTorch's own ``at::native::cpu_fallback`` checklist
-(aten/src/ATen/native/CPUFallback.cpp):
+(aten/src/ATen/native/CPUFallback.cpp): nested tensor arguments copied to the CPU once,
+results back to the first target-device argument's device, mutated (in-place, ``out=``)
+arguments written back, CPU-only outputs (``CPU_OUTPUTS``) kept on the CPU, dtypes kept
+(``dtype_map``), and views of a temporary copy refused with a clear error.  Copies are
+differentiable, so autograd flows back to device tensors.  All of it runs under
+``guard()``, so the shim's own calls are never intercepted again.
 
-1. every tensor argument, nested lists/tuples/dicts included, is copied to the CPU
-   once (a tensor passed twice is copied once);
-2. the results go back to the device of the first tensor argument on the target
-   device type;
-3. arguments the op mutated (in-place ops and ``out=``; detected by their version
-   counter) are written back into the original device tensors, and a result that *is*
-   such an argument comes back as the original object;
-4. outputs the op returns on the CPU on every device stay there (``CPU_OUTPUTS``:
-   ``PackedSequence.batch_sizes``);
-5. dtypes are kept (``dtype_map`` may map a result dtype, e.g. float64 -> float32 for
-   a device without float64);
-6. results that alias a CPU copy (view ops) are refused with a clear error: a view of a
-   temporary copy would silently stop aliasing the device tensor.
-
-Copies use differentiable ``Tensor.to``, so autograd flows back to device tensors.
-All of it runs under ``guard()``, so the shim's own calls are never intercepted again.
-"""
+Details: docs/internals.md ("The CPU fallback engine")."""
 from __future__ import annotations
 
 import contextlib

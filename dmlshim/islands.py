@@ -1,27 +1,14 @@
 """CPU islands: values whose dtype DirectML cannot hold live on the CPU.
 
-DirectML cannot hold complex or bfloat16 tensors: creating one aborts the process
-(``[F dml_util.cc:118] Invalid or unsupported data type``; failure_modes.md #8, #9;
-DirectML#421, #688, #704), most consumer GPUs compute no float64 (#7;
-DirectML#430), and it has no sparse kernels (#30: Whisper's sparse buffer).  Audio models make complex values on the device all the time
-(``torch.stft``, ``torch.fft``, ``torch.complex`` before ``istft``).
+Complex and bfloat16 tensors abort DirectML (failure_modes.md #8, #9; DirectML#421,
+#688, #704), most consumer GPUs compute no float64 (#7; DirectML#430), and there are
+no sparse kernels (#30).  An op that would create such a value from device tensors
+runs on the CPU and its result stays there as an :class:`Island` (a CPU tensor that
+remembers its ``home`` device); later ops on an island run on the CPU, and results the
+home device can hold go back to it.  Islands are tracked by type, so two ordinary
+tensors on different devices still raise as they do on CUDA.
 
-The rule (docs/internals.md, "CPU islands"):
-
-1. An op that would *create* such a tensor from device tensors runs on the CPU and
-   its result stays there, as an :class:`Island`: a CPU tensor (``x.device`` is
-   ``cpu``, ``x.is_cpu`` is True) that remembers its ``home`` device.  The creating
-   entry points are wrapped by ``dmlshim/patches/dtypes.py``.
-2. Any later op that touches an island runs on the CPU (``Island.__torch_function__``;
-   the island's device tensors are copied there).  Results of a dtype the home
-   device cannot hold, and views of an island, stay islands; every other result (a
-   magnitude, a log-mel, an ``istft`` waveform) goes to the home device.
-
-Islands are tracked by type, so the rule stays narrow: two ordinary tensors on
-different devices still raise as they do on CUDA.  An island made from a device
-tensor is a CPU copy of it, so a write to the island does not reach the device
-tensor (torch-directml would have aborted instead).
-"""
+The rule in full: docs/internals.md ("CPU islands")."""
 from __future__ import annotations
 
 import os

@@ -1,26 +1,15 @@
 """The emulated DirectML device: PrivateUse1 kernels that run on the CPU.
 
-Every aten op that reaches the PrivateUse1 dispatch key lands in
-:func:`_kernel`, which asks the policy (``_state.policy``: routing table and
-quirk rules) what DirectML would do, then
+Every aten op that reaches the PrivateUse1 dispatch key lands in :func:`_kernel`,
+which asks the policy (``_state.policy``: routing table and quirk rules) what DirectML
+would do, then runs a hand-written kernel (``_HAND_WRITTEN``: allocation, copies,
+``resize_``, convolution), re-dispatches a metadata op (views) to the CPU kernel on the
+device tensor itself, or runs the op on zero-copy CPU aliases.  Arithmetic is
+therefore the CPU's own kernels, bit for bit.  How ops reach :func:`_kernel` depends
+on the binding (:func:`select_binding`): :mod:`._compiled` (a C++ boxed fallback; every
+torch, the only way on 2.4.1) or :mod:`._python_api` (torch >= 2.5).
 
-* ops with a hand-written kernel (``_HAND_WRITTEN``: allocation, copies,
-  ``resize_``, convolution) run it;
-* *metadata* ops (views, ``set_``, in-place views) re-dispatch to the CPU
-  kernel on the device tensor itself: the result shares its storage and keeps
-  the device, exactly like a real backend's view;
-* every other op runs on zero-copy CPU aliases; in-place and ``out=`` results
-  are the original device arguments, new results are re-tagged to the device.
-
-Arithmetic is therefore the CPU's own kernels, bit for bit.
-
-How ops reach :func:`_kernel` depends on the binding (:func:`select_binding`):
-:mod:`._compiled` (a C++ boxed fallback that registers a per-op Python kernel
-on an op's first call; every torch, the only way on 2.4.1) or
-:mod:`._python_api` (torch's Python ``Library.fallback``, torch >= 2.5). The
-binding also supplies the zero-copy moves ``to_device``/``cpu_alias``; the
-policy and kernels here are the same for both.
-"""
+Details: docs/emulation.md ("How the device is bound to torch")."""
 import contextlib
 import functools
 import math
