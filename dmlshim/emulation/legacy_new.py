@@ -1,27 +1,14 @@
 """Opt-in emulation of ``Tensor.new`` refused on DirectML (failure_modes.md #11).
 
-What real torch-directml does, from the evidence:
+torch 2.0 (torch-directml 0.2.0's pin) refuses the legacy constructor on
+``PrivateUse1`` tensors (``check_base_legacy_new``, before any backend kernel;
+DirectML#400, #415); torch 2.4.1, torch-directml 0.2.5's pin, accepts it, and so does
+the default emulated device.  :func:`refused` reproduces the torch 2.0 behaviour on
+demand, for testing code (and dmlshim's ``legacy_new`` patch) against older
+torch-directml.  It is not an ``emulation.Rule``: the check runs in torch's Python
+binding, before dispatch, so it wraps ``torch.Tensor.new`` itself.
 
-* The refusal is torch's own legacy-constructor check (``check_base_legacy_new`` in
-  ``torch/csrc/utils/tensor_new.cpp``), made on the tensor's dispatch key before any
-  backend kernel runs.  torch-directml tensors carry ``PrivateUse1``, as the
-  emulated device's do.
-* The reports (DirectML#400, #415; fairseq's ``GradMultiply`` on an AMD iGPU) print
-  ``new(): expected key in DispatchKeySet(CPU, CUDA, HIP, XLA, MPS, IPU, XPU, HPU,
-  Lazy, Meta) but got: PrivateUse1``: the key set of torch 2.0, before
-  pytorch/pytorch#95734 added ``PrivateUse1`` to it.  torch-directml 0.2.0 pins
-  torch 2.0.0, so its users meet it.
-* torch 2.4.1 (torch-directml 0.2.5's pin) lists ``PrivateUse1``: on the emulated
-  device, which runs torch 2.4.1's real check, ``x.new(2)``, ``x.new(x)``,
-  ``x.new([1., 2.])`` and ``x.new()`` all work (tests/test_legacy_new.py).  So
-  torch-directml 0.2.5 does not fail here, and the default emulated device does
-  not either.
-
-:func:`refused` reproduces the torch 2.0 behaviour on demand, for testing code (and
-dmlshim's ``legacy_new`` patch) against older torch-directml.  It is not an
-``emulation.Rule``: rules act on aten ops at dispatch, and this check runs in
-torch's Python binding, before dispatch, so it wraps ``torch.Tensor.new`` itself.
-"""
+The evidence: docs/fixes.md ("Tensor.new: the evidence")."""
 from __future__ import annotations
 
 import contextlib

@@ -1,24 +1,14 @@
 """Where each aten overload goes on torch-directml 0.2.5 (torch 2.4.1).
 
-Read from ``data/dml_op_routing_torch241.tsv``: torch 2.4.1's dispatcher
-with torch_directml_native loaded, one row per overload (3127 rows; see
-failure_modes.md, "Companion files"). Routes:
+Read from ``data/dml_op_routing_torch241.tsv``: torch 2.4.1's dispatcher with
+torch_directml_native loaded, one row per overload (3127 rows; see failure_modes.md,
+"Companion files").  Routes: ``DML_KERNEL`` (native), ``CPU_FALLBACK`` (copied to the
+CPU and back, with a warning), ``CPU_FALLBACK_NO_CPU_KERNEL`` (``NotImplementedError``,
+row #34), ``COMPOSITE_IMPLICIT`` / ``COMPOSITE_EXPLICIT`` (decomposes before DirectML),
+``UNKNOWN`` (not an overload of torch 2.4.1).
 
-``DML_KERNEL``
-    a native DirectML kernel.
-``CPU_FALLBACK``
-    ``dml_cpu_fallback``: copied to the CPU and back, with a warning.
-``CPU_FALLBACK_NO_CPU_KERNEL``
-    the fallback finds no CPU kernel: ``NotImplementedError`` (row #34).
-``COMPOSITE_IMPLICIT`` / ``COMPOSITE_EXPLICIT``
-    decomposes (or redispatches) before reaching DirectML in torch 2.4.1.
-``UNKNOWN``
-    not an overload of torch 2.4.1 (new in the running torch).
-
-``COMPOSITE_NONFUNCTIONAL->add.out:DML_KERNEL`` rows (structured ops) take
-the route of their ``out=`` delegate, and DirectML names the delegate in its
-warning (row #13: ``aten::lerp.Scalar_out``).
-"""
+What each route means and how structured ops take their ``out=`` delegate's route:
+docs/emulation.md ("Routing")."""
 import functools
 from importlib import resources
 

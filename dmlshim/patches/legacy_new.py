@@ -1,24 +1,13 @@
 """``Tensor.new(...)`` refused on the device (failure_modes.md #11; DirectML#400, #415).
 
 torch 2.0 (torch-directml <= 0.2.0) refuses the legacy constructor on ``PrivateUse1``
-tensors: ``RuntimeError: new(): expected key in DispatchKeySet(CPU, CUDA, ..., Meta)
-but got: PrivateUse1`` (HF ``generate``, fairseq's ``GradMultiply`` call ``x.new``).
-torch 2.4.1, torch-directml 0.2.5's pin, accepts ``PrivateUse1`` (evidence:
-:mod:`dmlshim.emulation.legacy_new`), so this patch passes every call through and
-acts only when that refusal is raised.  Then each legacy form gets the CPU's result
-on the device:
+tensors; torch 2.4.1 accepts it (:mod:`dmlshim.emulation.legacy_new`).  So this patch
+passes every call through and acts only when that refusal is raised: ``x.new()``,
+``x.new(size...)`` and ``x.new(sequence)`` are built on a CPU tensor of ``x``'s dtype
+and moved to the device; ``x.new(tensor)`` is an alias, as torch makes it;
+``x.new(storage)`` is not rescued.  Action ``coerce``.
 
-* ``x.new()``, ``x.new(size...)``, ``x.new(sequence)``: torch parses the arguments
-  on a CPU tensor of ``x``'s dtype, and the result is moved to ``x``'s device (or
-  ``device=``).  A size gives an uninitialized tensor, as on the CPU.
-* ``x.new(tensor)``: an alias of ``tensor``, which must have ``x``'s dtype and
-  device (torch's ``TypeError`` otherwise).
-* ``x.new(storage)`` is not rescued: the refusal is raised as it was.
-
-sdnext's fix, ``orig(self.cpu(), ...).to(self.device)``, breaks ``x.new(tensor)``
-(a device tensor is not of the CPU base's type) and copies every call; this one
-costs nothing while torch accepts the call.  Action ``coerce``.
-"""
+Each form, and why not sdnext's fix: docs/fixes.md ("Tensor.new: the evidence")."""
 from __future__ import annotations
 
 import torch
