@@ -24,17 +24,24 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from .. import fallback, trace
 from ._wrap import Context, PatchSet
+from .dispatcher import backend_key
 
 _patches = PatchSet(__name__)
+_library: Optional[torch.library.Library] = None
 
 _FULL = ("lstm", "gru")
 _CELLS = ("lstm_cell", "gru_cell")
+_aten = torch.ops.aten
+# CompositeImplicitAutograd RNN overloads (both lstm/gru overloads: ``input`` and the
+# PackedSequence ``data``) and the fused cells they end in on a PrivateUse1 tensor
+_COMPOSITES = (_aten.lstm.input, _aten.lstm.data, _aten.gru.input, _aten.gru.data,
+               _aten.lstm_cell.default, _aten.gru_cell.default)
 
 
 class _CachedToCPU(torch.autograd.Function):
@@ -125,9 +132,9 @@ def _weight_slots(name: str, args: tuple) -> List[int]:
     return [3] if len(args) > 3 and isinstance(args[3], (list, tuple)) else [2]
 
 
-def _handler(name: str):
+def _handler(name: str, target: Optional[str] = None):
     def handle(func, args, kwargs):
-        device = fallback.device_of(args, kwargs)
+        device = fallback.device_of(args, kwargs, target)
         slots = _weight_slots(name, args)
         with fallback.guard():                  # weights from the cache, the rest by run_on_cpu
             args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
@@ -142,12 +149,85 @@ def _cached(a):
     return cache.cpu(a) if isinstance(a, torch.Tensor) else a
 
 
+def _fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """``aten::_thnn_fused_lstm_cell`` from CPU ops, in the CUDA kernel's order
+    (aten/src/ATen/native/cuda/RNN.cu).  Gates (B, 4H) in the order i, f, g, o; cx (B, H).
+    Returns (hy, cy, workspace): the workspace holds the activated gates, as CUDA's."""
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias + hidden_bias
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat((i, f, g, o), 1)
+
+
+def _fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """``aten::_thnn_fused_gru_cell`` from CPU ops, in the order of the CPU ``GRUCell``
+    (aten/src/ATen/native/RNN.cpp).  Gates (B, 3H) in the order r, z, n; hx (B, H).
+    Returns (hy, workspace (B, 5H): r, z, n, hx, hidden n-gate with its bias, as CUDA's)."""
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+    if hidden_bias is not None:
+        hidden_gates = hidden_gates + hidden_bias
+    ir, iz, in_ = input_gates.chunk(3, 1)
+    hr, hz, hn = hidden_gates.chunk(3, 1)
+    r, z = (hr + ir).sigmoid(), (hz + iz).sigmoid()
+    n = (in_ + hn * r).tanh()
+    return (hx - n) * z + n, torch.cat((r, z, n, hx, hn), 1)
+
+
+# the fused cells: no DirectML and no CPU kernel (CPU_FALLBACK_NO_CPU_KERNEL), reached by
+# torch.ops.aten calls or C++ code below the composites above
+_FUSED = {_aten._thnn_fused_lstm_cell.default: _fused_lstm_cell,
+          _aten._thnn_fused_gru_cell.default: _fused_gru_cell}
+
+
+def _aten_kernel(op, target: str):
+    """A kernel that runs ``op`` on the CPU (weights from ``cache``) and brings its
+    results back to the device; differentiable, so it serves the Autograd key too."""
+    name = op.name()                              # "aten::lstm.input"
+    if op in _FUSED:
+        func = _FUSED[op]
+        handle = lambda f, args, kwargs: ("cpu", fallback.run_on_cpu(f, args, kwargs, op=name))  # noqa: E731
+    else:
+        func, handle = op, _handler(op._schema.name.split("::")[1], target)
+
+    def kernel(*args, **kwargs):
+        return trace.call(name, handle, func, args, kwargs)
+    return kernel
+
+
+def _register(target: str) -> None:
+    """Kernels for ``_COMPOSITES`` and ``_FUSED`` at the target's Autograd key and backend
+    key, as ``dispatcher.COMPOSITES``: the Autograd key for calls with autograd (the
+    CPU ops record the graph; ``.to()`` and ``_CachedToCPU`` carry gradients back), the
+    backend key for ``inference_mode`` (no Autograd keys) and calls made below Autograd.
+    torch-directml registers no kernel of these ops at either key."""
+    global _library
+    backend = backend_key(target)
+    if _library is not None or backend is None:
+        return
+    library = torch.library.Library("aten", "IMPL")
+    for op in _COMPOSITES + tuple(_FUSED):
+        kernel = _aten_kernel(op, target)
+        for key in ("Autograd" + backend.name, backend.name):
+            library.impl(op.name().split("::", 1)[1], kernel, key)
+    _library = library
+
+
 def install(ctx: Context) -> None:
     for name in _FULL + _CELLS:
         _patches.intercept(ctx, torch._VF, name, _handler(name), op=f"_VF.{name}")
+    if ctx.fallback != "off":                   # "off" only observes: no kernels
+        _register(ctx.target)
     trace.register_cache("rnn CPU weights", cache.size)
 
 
 def uninstall() -> None:
+    global _library
     _patches.restore()
+    library, _library = _library, None
+    if library is not None:
+        library._destroy()                      # removes the kernels from the dispatcher
     cache.clear()                           # deactivate() frees the CPU copies
