@@ -212,7 +212,14 @@ def _register(target: str) -> None:
     for op in _COMPOSITES + tuple(_FUSED):
         kernel = _aten_kernel(op, target)
         for key in ("Autograd" + backend.name, backend.name):
-            library.impl(op.name().split("::", 1)[1], kernel, key)
+            try:
+                library.impl(op.name().split("::", 1)[1], kernel, key)
+            except RuntimeError:
+                # torch refuses a second Python kernel at one key: the emulated device
+                # gives an op it has met (a fused cell) one of its own.  The Autograd
+                # key still serves the calls made with autograd.
+                if key != backend.name or op not in _FUSED:
+                    raise
     _library = library
 
 
