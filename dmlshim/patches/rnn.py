@@ -1,47 +1,32 @@
-"""nn.LSTM / nn.GRU (and LSTMCell / GRUCell) run on the CPU.
+"""LSTM and GRU run on the CPU, however they are reached.
 
-On torch-directml 0.2.5 every LSTM forward fails: ``aten::lstm`` decomposes into
+On torch-directml 0.2.5 every LSTM fails: ``aten::lstm`` decomposes into
 ``_thnn_fused_lstm_cell``, which has neither a DirectML nor a CPU kernel
-(``NotImplementedError``; DirectML#613, #654, #677; failure_modes.md #1).  GRU
-(``_thnn_fused_gru_cell``) fails the same way (#2).  Plain ``nn.RNN`` (tanh/relu)
-decomposes into ops DirectML has, so it stays on the device.
+(``NotImplementedError``; DirectML#613, #654, #677; failure_modes.md #1); GRU
+(``_thnn_fused_gru_cell``) fails the same way (#2), in TorchScript too (#49).  Plain
+``nn.RNN`` decomposes into ops DirectML has and stays on the device.
 
-The wrappers sit on ``torch._VF.lstm/gru/lstm_cell/gru_cell``, which
-``nn.LSTM.forward`` & co. look up at call time and which receive every weight
-explicitly.  So nothing on the module is swapped (thread-safe), and PackedSequence,
-``hx``, ``batch_first``, bidirectional, several layers, projections and the cells are
-all handled by PyTorch's own ``forward``.
-
-The CPU copy of each weight is made once and refreshed only when the weight changes
-(version counter, data pointer, shape, dtype: optimizer steps, ``load_state_dict``,
-``.data =``).  The cache holds weights weakly: deleting the model frees it; its size
-shows in ``dmlshim.report()``.  When autograd needs it, a weight's cached copy goes
-through ``_CachedToCPU`` so gradients flow back to the device parameter (training
-works).  Inputs and ``hx`` move with differentiable ``.to()``; outputs come back to
-the input's device.
+Kernels at the target's Autograd and backend keys (as ``dispatcher.COMPOSITES``) run
+``aten::lstm``/``gru`` (both overloads), ``lstm_cell``/``gru_cell`` and the fused cells on
+the CPU: for ``nn.LSTM`` & co., TorchScript, ``torch.ops.aten``, in ``inference_mode``
+and with autograd.  Weights come from a cache of CPU copies, refreshed only when a
+weight changes; gradients flow back to the device.  See docs/rnn.md.
 """
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from .. import fallback, trace
-from ._wrap import Context, PatchSet
+from ._wrap import Context
 from .dispatcher import backend_key
 
-_patches = PatchSet(__name__)
 _library: Optional[torch.library.Library] = None
-
-_FULL = ("lstm", "gru")
-_CELLS = ("lstm_cell", "gru_cell")
 _aten = torch.ops.aten
-# CompositeImplicitAutograd RNN overloads (both lstm/gru overloads: ``input`` and the
-# PackedSequence ``data``) and the fused cells they end in on a PrivateUse1 tensor
-_COMPOSITES = (_aten.lstm.input, _aten.lstm.data, _aten.gru.input, _aten.gru.data,
-               _aten.lstm_cell.default, _aten.gru_cell.default)
 
 
 class _CachedToCPU(torch.autograd.Function):
@@ -122,24 +107,12 @@ class WeightCache:
 cache = WeightCache()
 
 
-def _weight_slots(name: str, args: tuple) -> List[int]:
-    """Positions of the weight arguments.  ``lstm``/``gru`` have two
-    overloads of 9 arguments: ``(input, hx, params, has_biases, ...)`` and the packed
-    ``(data, batch_sizes, hx, params, has_biases, ...)``; cells take
-    ``(input, hx, w_ih, w_hh, b_ih, b_hh)``."""
-    if name in _CELLS:
-        return [2, 3, 4, 5]
-    return [3] if len(args) > 3 and isinstance(args[3], (list, tuple)) else [2]
-
-
-def _handler(name: str, target: Optional[str] = None):
-    def handle(func, args, kwargs):
-        device = fallback.device_of(args, kwargs, target)
-        slots = _weight_slots(name, args)
-        with fallback.guard():                  # weights from the cache, the rest by run_on_cpu
-            args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
-        return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device)
-    return handle
+# CompositeImplicitAutograd RNN overloads -> positions of their weight arguments:
+# ``lstm``/``gru`` ``(input, hx, params, ...)`` and the PackedSequence overload ``(data,
+# batch_sizes, hx, params, ...)``; the cells ``(input, hx, w_ih, w_hh, b_ih, b_hh)``
+_WEIGHTS = {_aten.lstm.input: (2,), _aten.lstm.data: (3,), _aten.gru.input: (2,),
+            _aten.gru.data: (3,), _aten.lstm_cell.default: (2, 3, 4, 5),
+            _aten.gru_cell.default: (2, 3, 4, 5)}
 
 
 def _cached(a):
@@ -183,15 +156,17 @@ _FUSED = {_aten._thnn_fused_lstm_cell.default: _fused_lstm_cell,
           _aten._thnn_fused_gru_cell.default: _fused_gru_cell}
 
 
-def _aten_kernel(op, target: str):
+def _kernel(op, target: str):
     """A kernel that runs ``op`` on the CPU (weights from ``cache``) and brings its
     results back to the device; differentiable, so it serves the Autograd key too."""
     name = op.name()                              # "aten::lstm.input"
-    if op in _FUSED:
-        func = _FUSED[op]
-        handle = lambda f, args, kwargs: ("cpu", fallback.run_on_cpu(f, args, kwargs, op=name))  # noqa: E731
-    else:
-        func, handle = op, _handler(op._schema.name.split("::")[1], target)
+    func, slots = _FUSED.get(op, op), _WEIGHTS.get(op, ())
+
+    def handle(func, args, kwargs):
+        device = fallback.device_of(args, kwargs, target)
+        with fallback.guard():                  # weights from the cache, the rest by run_on_cpu
+            args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
+        return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device, op=name)
 
     def kernel(*args, **kwargs):
         return trace.call(name, handle, func, args, kwargs)
@@ -199,21 +174,24 @@ def _aten_kernel(op, target: str):
 
 
 def _register(target: str) -> None:
-    """Kernels for ``_COMPOSITES`` and ``_FUSED`` at the target's Autograd key and backend
+    """Kernels for ``_WEIGHTS`` and ``_FUSED`` at the target's Autograd key and backend
     key, as ``dispatcher.COMPOSITES``: the Autograd key for calls with autograd (the
     CPU ops record the graph; ``.to()`` and ``_CachedToCPU`` carry gradients back), the
     backend key for ``inference_mode`` (no Autograd keys) and calls made below Autograd.
-    torch-directml registers no kernel of these ops at either key."""
+    torch-directml has no kernel of the composites; ours replace its fused-cell entry
+    (a CPU fallback without a CPU kernel) while active."""
     global _library
     backend = backend_key(target)
     if _library is not None or backend is None:
         return
     library = torch.library.Library("aten", "IMPL")
-    for op in _COMPOSITES + tuple(_FUSED):
-        kernel = _aten_kernel(op, target)
+    for op in (*_WEIGHTS, *_FUSED):
+        kernel = _kernel(op, target)
         for key in ("Autograd" + backend.name, backend.name):
             try:
-                library.impl(op.name().split("::", 1)[1], kernel, key)
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
+                    library.impl(op.name().split("::", 1)[1], kernel, key)
             except RuntimeError:
                 # torch refuses a second Python kernel at one key: the emulated device
                 # gives an op it has met (a fused cell) one of its own.  The Autograd
@@ -224,16 +202,12 @@ def _register(target: str) -> None:
 
 
 def install(ctx: Context) -> None:
-    for name in _FULL + _CELLS:
-        _patches.intercept(ctx, torch._VF, name, _handler(name), op=f"_VF.{name}")
-    if ctx.fallback != "off":                   # "off" only observes: no kernels
-        _register(ctx.target)
+    _register(ctx.target)
     trace.register_cache("rnn CPU weights", cache.size)
 
 
 def uninstall() -> None:
     global _library
-    _patches.restore()
     library, _library = _library, None
     if library is not None:
         library._destroy()                      # removes the kernels from the dispatcher
