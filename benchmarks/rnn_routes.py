@@ -1,20 +1,22 @@
 """Two routes to the CPU for an RNN on the device: which one should eager code take?
 
-dmlshim runs LSTM/GRU on the CPU with cached weights in two places (docs/rnn.md):
+dmlshim could run LSTM/GRU on the CPU with cached weights at two levels (docs/rnn.md):
 
-* ``_VF wrapper``  the Python-level wrapper on ``torch._VF.lstm/gru/lstm_cell/gru_cell``
-                   (what ``nn.LSTM.forward`` & co. call);
-* ``aten kernel``  the dispatcher-level kernel on ``aten::lstm``/``gru``/``*_cell`` at
-                   AutogradPrivateUse1 + PrivateUse1, which TorchScript and
-                   ``torch.ops.aten`` reach: here called through the pristine
-                   ``torch._C._VariableFunctions`` function, with the same arguments.
-* ``cpu``          the same call on CPU tensors (no shim work), for scale.
+* ``python wrapper``  the Python-level wrapper dmlshim used to put on
+                      ``torch._VF.lstm/gru/lstm_cell/gru_cell`` (what ``nn.LSTM.forward``
+                      & co. call), rebuilt here with ``PatchSet.intercept`` exactly as it
+                      was installed, around the pristine function;
+* ``aten kernel``     what dmlshim does now: ``torch._VF.<name>`` as ``nn.LSTM`` calls it
+                      after ``activate()``, reaching the kernel on ``aten::lstm``/``gru``/
+                      ``*_cell`` at AutogradPrivateUse1 + PrivateUse1;
+* ``cpu``             the same call on CPU tensors (no shim work), for scale.
 
 Both shim routes share one weight cache, so no timed call copies weights.  Under
 ``torch.no_grad()`` (inference), one torch thread, on the emulated device.  Times are
 per call; compare the minimums on a busy machine.
 """
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -24,7 +26,26 @@ import timing
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dmlshim  # noqa: E402
-from dmlshim import emulation  # noqa: E402
+from dmlshim import emulation, fallback  # noqa: E402
+from dmlshim.patches import rnn  # noqa: E402
+from dmlshim.patches._wrap import Context, PatchSet  # noqa: E402
+
+
+def _python_route(names):
+    """The former Python-level route: ``PatchSet.intercept`` handlers on the pristine
+    ``torch._VF`` functions, held on a namespace of their own."""
+    owner = types.SimpleNamespace(**{n: getattr(torch._C._VariableFunctions, n) for n in names})
+    patches = PatchSet("rnn_routes")
+    for name in names:
+        cell = name.endswith("_cell")
+
+        def handle(func, args, kwargs, cell=cell):
+            slots = (2, 3, 4, 5) if cell else (3,) if isinstance(args[3], (list, tuple)) else (2,)
+            with fallback.guard():
+                args = tuple(rnn._cached(a) if i in slots else a for i, a in enumerate(args))
+            return "cpu", fallback.run_on_cpu(func, args, kwargs)
+        patches.intercept(Context(fallback="known"), owner, name, handle, op=f"_VF.{name}")
+    return owner
 
 
 def _cases(quick):
@@ -59,20 +80,23 @@ def main():
     dev = emulation.install()
     dmlshim.activate(fallback="known", trace=0)
     rows = []
+    cases = _cases(args.quick)
+    python = _python_route({name for _, name, _, _ in cases})
     with torch.no_grad():
-        for case, name, build, number in _cases(args.quick):
-            wrapper = getattr(torch._VF, name)                          # dmlshim's wrapper
-            kernel = getattr(torch._C._VariableFunctions, name)         # reaches aten:: directly
-            assert wrapper is not kernel
+        for case, name, build, number in cases:
+            wrapper = getattr(python, name)
+            now = getattr(torch._VF, name)
             dev_args, cpu_args = build(dev), build("cpu")
-            for fn in (wrapper, kernel):                                 # fill the weight cache
+            for fn in (wrapper, now):                                    # fill the weight cache
                 fn(*dev_args)
+            ops = {r["op"] for r in dmlshim.report().rows}
+            assert f"_VF.{name}" in ops and any(op.startswith(f"aten::{name}") for op in ops), ops
             timings = timing.measure({
-                "_VF wrapper": lambda: wrapper(*dev_args),
-                "aten kernel": lambda: kernel(*dev_args),
-                "cpu": lambda: kernel(*cpu_args),
+                "python wrapper": lambda: wrapper(*dev_args),
+                "aten kernel": lambda: now(*dev_args),
+                "cpu": lambda: now(*cpu_args),
             }, repeats=5 if args.quick else 15, number=number)
-            rows += timing.rows(case, timings, baseline="_VF wrapper")
+            rows += timing.rows(case, timings, baseline="python wrapper")
     dmlshim.deactivate()
     timing.finish(args, "rnn_routes", rows, extra={"torch": torch.__version__,
                                                    "device": str(dev), "grad": "no_grad"})
