@@ -298,3 +298,16 @@ def test_other_moves_of_a_loaded_scriptmodule_are_untouched(shim, vad):
     loaded = torch.jit.load(buf).double()          # CPU to CPU: torch's own .data = path
     assert not any(isinstance(p, nn.Parameter) for p in loaded.parameters())
     assert {p.dtype for p in loaded.parameters()} == {torch.float64}
+
+
+@pytest.mark.parametrize("kind, kwargs", [(nn.RNN, {}), (nn.RNN, {"nonlinearity": "relu"}),
+                                          (nn.RNNCell, {})])
+def test_plain_rnn_needs_no_fix(dml_device, kind, kwargs, profile):
+    """rnn_tanh/rnn_relu decompose into linear + tanh/relu, which DirectML runs: no
+    dmlshim kernel, no error (emulation/rules.py notes)."""
+    dmlshim.deactivate()
+    torch.manual_seed(5)
+    module, x = kind(3, 4, **kwargs), torch.randn(5, 3)
+    got = copy.deepcopy(module).to(dml_device)(x.to(dml_device))
+    _assert_exact([t.cpu() for t in torch.utils._pytree.tree_leaves(got)],
+                  torch.utils._pytree.tree_leaves(module(x)), profile)
