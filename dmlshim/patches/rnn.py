@@ -197,6 +197,7 @@ def _register(target: str) -> None:
                 # gives an op it has met (a fused cell) one of its own.  The Autograd
                 # key still serves the calls made with autograd.
                 if key != backend.name or op not in _FUSED:
+                    library._destroy()          # nothing half-installed
                     raise
     _library = library
 
