@@ -94,9 +94,9 @@ def test_weights_are_copied_once_and_refreshed_when_changed(shim, dml_device):
     x = torch.randn(5, 1, 8)
     weight_bytes = sum(p.numel() * 4 for p in dev.parameters())
     dev(x.to(dml_device))
-    first = {r["op"]: r for r in dmlshim.report().rows}["_VF.lstm"]["d2h"]
+    first = {r["op"]: r for r in dmlshim.report().rows}["aten::lstm.input"]["d2h"]
     dev(x.to(dml_device))
-    second = {r["op"]: r for r in dmlshim.report().rows}["_VF.lstm"]["d2h"] - first
+    second = {r["op"]: r for r in dmlshim.report().rows}["aten::lstm.input"]["d2h"] - first
     assert first - second == weight_bytes                 # the second call moved no weights
     tensors, size = rnn_patch.cache.size()
     assert size >= weight_bytes and "rnn CPU weights" in str(dmlshim.report())

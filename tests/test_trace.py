@@ -64,12 +64,13 @@ def test_report_rows_and_table(dml_device):
     report = dmlshim.report()
     rows = {r["op"]: r for r in report.rows}
     assert rows["Tensor.__mul__"]["calls"] == 1 and rows["torch.cat"]["actions"] == {"drop-empty": 1}
-    assert rows["_VF.lstm"]["actions"] == {"cpu": 1}
-    assert rows["_VF.lstm"]["d2h"] > 0 and rows["_VF.lstm"]["h2d"] == (2 * 4 + 4 + 4) * 4
-    assert rows["_VF.lstm"]["seconds"] > 0
+    lstm_row = rows["aten::lstm.input"]                 # the rnn patch's kernel
+    assert lstm_row["actions"] == {"cpu": 1}
+    assert lstm_row["d2h"] > 0 and lstm_row["h2d"] == (2 * 4 + 4 + 4) * 4
+    assert lstm_row["seconds"] > 0
     table = str(report)
     assert table.splitlines()[0].split() == ["op", "calls", "actions", "ms", "host->dev", "dev->host"]
-    assert "_VF.lstm" in table and re.search(r"cache rnn CPU weights: \d+ tensors", table)
+    assert "aten::lstm.input" in table and re.search(r"cache rnn CPU weights: \d+ tensors", table)
     assert json.dumps(report.to_dict())
 
 

@@ -54,9 +54,13 @@ REGISTRY: Tuple[Patch, ...] = (
                         "what mul cannot see: C++ composites (ldexp), torch.ops.aten, backward()"),
     Patch("conv", "bool/integer input to conv1d/2d/3d: cast to the weight's dtype (safety net; "
                   "the root cause is mul, failure_modes.md #17)", modes=FALLBACK_MODES),
-    Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): run on the CPU "
-                 "with cached CPU weights (DirectML#613, #654, #677; failure_modes.md #1, #2)",
-          modes=FALLBACK_MODES),
+    Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): aten::lstm/gru/"
+                 "*_cell run on the CPU with cached CPU weights however reached (nn modules, "
+                 "TorchScript, torch.ops.aten; AutogradPrivateUse1 + PrivateUse1 kernels) "
+                 "(DirectML#613, #654, #677; failure_modes.md #1, #2, #49)"),
+    Patch("jit", "ScriptModule.to(dml) asserts 'param must be a Parameter' (PrivateUse1 is no dense "
+                 "backend for Module._apply; failure_modes.md #48): loaded plain tensors become "
+                 "Parameters, scripted RNNs' _flat_weights are refreshed"),
     Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
                  "#19, #20; DirectML PR#527): drop empties on the device, else CPU", modes=FALLBACK_MODES),
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "

@@ -1,40 +1,32 @@
-"""nn.LSTM / nn.GRU (and LSTMCell / GRUCell) run on the CPU.
+"""LSTM and GRU run on the CPU, however they are reached.
 
-On torch-directml 0.2.5 every LSTM forward fails: ``aten::lstm`` decomposes into
+On torch-directml 0.2.5 every LSTM fails: ``aten::lstm`` decomposes into
 ``_thnn_fused_lstm_cell``, which has neither a DirectML nor a CPU kernel
-(``NotImplementedError``; DirectML#613, #654, #677; failure_modes.md #1).  GRU
-(``_thnn_fused_gru_cell``) fails the same way (#2).  Plain ``nn.RNN`` (tanh/relu)
-decomposes into ops DirectML has, so it stays on the device.
+(``NotImplementedError``; DirectML#613, #654, #677; failure_modes.md #1); GRU
+(``_thnn_fused_gru_cell``) fails the same way (#2), in TorchScript too (#49).  Plain
+``nn.RNN`` decomposes into ops DirectML has and stays on the device.
 
-The wrappers sit on ``torch._VF.lstm/gru/lstm_cell/gru_cell``, which
-``nn.LSTM.forward`` & co. look up at call time and which receive every weight
-explicitly.  So nothing on the module is swapped (thread-safe), and PackedSequence,
-``hx``, ``batch_first``, bidirectional, several layers, projections and the cells are
-all handled by PyTorch's own ``forward``.
-
-The CPU copy of each weight is made once and refreshed only when the weight changes
-(version counter, data pointer, shape, dtype: optimizer steps, ``load_state_dict``,
-``.data =``).  The cache holds weights weakly: deleting the model frees it; its size
-shows in ``dmlshim.report()``.  When autograd needs it, a weight's cached copy goes
-through ``_CachedToCPU`` so gradients flow back to the device parameter (training
-works).  Inputs and ``hx`` move with differentiable ``.to()``; outputs come back to
-the input's device.
+Kernels at the target's Autograd and backend keys (as ``dispatcher.COMPOSITES``) run
+``aten::lstm``/``gru`` (both overloads), ``lstm_cell``/``gru_cell`` and the fused cells on
+the CPU: for ``nn.LSTM`` & co., TorchScript, ``torch.ops.aten``, in ``inference_mode``
+and with autograd.  Weights come from a cache of CPU copies, refreshed only when a
+weight changes; gradients flow back to the device.  See docs/rnn.md.
 """
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
-from typing import Dict, List, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from .. import fallback, trace
-from ._wrap import Context, PatchSet
+from ._wrap import Context
+from .dispatcher import backend_key
 
-_patches = PatchSet(__name__)
-
-_FULL = ("lstm", "gru")
-_CELLS = ("lstm_cell", "gru_cell")
+_library: Optional[torch.library.Library] = None
+_aten = torch.ops.aten
 
 
 class _CachedToCPU(torch.autograd.Function):
@@ -115,24 +107,12 @@ class WeightCache:
 cache = WeightCache()
 
 
-def _weight_slots(name: str, args: tuple) -> List[int]:
-    """Positions of the weight arguments.  ``lstm``/``gru`` have two
-    overloads of 9 arguments: ``(input, hx, params, has_biases, ...)`` and the packed
-    ``(data, batch_sizes, hx, params, has_biases, ...)``; cells take
-    ``(input, hx, w_ih, w_hh, b_ih, b_hh)``."""
-    if name in _CELLS:
-        return [2, 3, 4, 5]
-    return [3] if len(args) > 3 and isinstance(args[3], (list, tuple)) else [2]
-
-
-def _handler(name: str):
-    def handle(func, args, kwargs):
-        device = fallback.device_of(args, kwargs)
-        slots = _weight_slots(name, args)
-        with fallback.guard():                  # weights from the cache, the rest by run_on_cpu
-            args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
-        return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device)
-    return handle
+# CompositeImplicitAutograd RNN overloads -> positions of their weight arguments:
+# ``lstm``/``gru`` ``(input, hx, params, ...)`` and the PackedSequence overload ``(data,
+# batch_sizes, hx, params, ...)``; the cells ``(input, hx, w_ih, w_hh, b_ih, b_hh)``
+_WEIGHTS = {_aten.lstm.input: (2,), _aten.lstm.data: (3,), _aten.gru.input: (2,),
+            _aten.gru.data: (3,), _aten.lstm_cell.default: (2, 3, 4, 5),
+            _aten.gru_cell.default: (2, 3, 4, 5)}
 
 
 def _cached(a):
@@ -142,12 +122,94 @@ def _cached(a):
     return cache.cpu(a) if isinstance(a, torch.Tensor) else a
 
 
+def _fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """``aten::_thnn_fused_lstm_cell`` from CPU ops, in the CUDA kernel's order
+    (aten/src/ATen/native/cuda/RNN.cu).  Gates (B, 4H) in the order i, f, g, o; cx (B, H).
+    Returns (hy, cy, workspace): the workspace holds the activated gates, as CUDA's."""
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias + hidden_bias
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat((i, f, g, o), 1)
+
+
+def _fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """``aten::_thnn_fused_gru_cell`` from CPU ops, in the order of the CPU ``GRUCell``
+    (aten/src/ATen/native/RNN.cpp).  Gates (B, 3H) in the order r, z, n; hx (B, H).
+    Returns (hy, workspace (B, 5H): r, z, n, hx, hidden n-gate with its bias, as CUDA's)."""
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+    if hidden_bias is not None:
+        hidden_gates = hidden_gates + hidden_bias
+    ir, iz, in_ = input_gates.chunk(3, 1)
+    hr, hz, hn = hidden_gates.chunk(3, 1)
+    r, z = (hr + ir).sigmoid(), (hz + iz).sigmoid()
+    n = (in_ + hn * r).tanh()
+    return (hx - n) * z + n, torch.cat((r, z, n, hx, hn), 1)
+
+
+# the fused cells: no DirectML and no CPU kernel (CPU_FALLBACK_NO_CPU_KERNEL), reached by
+# torch.ops.aten calls or C++ code below the composites above
+_FUSED = {_aten._thnn_fused_lstm_cell.default: _fused_lstm_cell,
+          _aten._thnn_fused_gru_cell.default: _fused_gru_cell}
+
+
+def _kernel(op, target: str):
+    """A kernel that runs ``op`` on the CPU (weights from ``cache``) and brings its
+    results back to the device; differentiable, so it serves the Autograd key too."""
+    name = op.name()                              # "aten::lstm.input"
+    func, slots = _FUSED.get(op, op), _WEIGHTS.get(op, ())
+
+    def handle(func, args, kwargs):
+        device = fallback.device_of(args, kwargs, target)
+        with fallback.guard():                  # weights from the cache, the rest by run_on_cpu
+            args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
+        return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device, op=name)
+
+    def kernel(*args, **kwargs):
+        return trace.call(name, handle, func, args, kwargs)
+    return kernel
+
+
+def _register(target: str) -> None:
+    """Kernels for ``_WEIGHTS`` and ``_FUSED`` at the target's Autograd key and backend
+    key, as ``dispatcher.COMPOSITES``: the Autograd key for calls with autograd (the
+    CPU ops record the graph; ``.to()`` and ``_CachedToCPU`` carry gradients back), the
+    backend key for ``inference_mode`` (no Autograd keys) and calls made below Autograd.
+    torch-directml has no kernel of the composites; ours replace its fused-cell entry
+    (a CPU fallback without a CPU kernel) while active."""
+    global _library
+    backend = backend_key(target)
+    if _library is not None or backend is None:
+        return
+    library = torch.library.Library("aten", "IMPL")
+    for op in (*_WEIGHTS, *_FUSED):
+        kernel = _kernel(op, target)
+        for key in ("Autograd" + backend.name, backend.name):
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
+                    library.impl(op.name().split("::", 1)[1], kernel, key)
+            except RuntimeError:
+                # torch refuses a second Python kernel at one key: the emulated device
+                # gives an op it has met (a fused cell) one of its own.  The Autograd
+                # key still serves the calls made with autograd.
+                if key != backend.name or op not in _FUSED:
+                    library._destroy()          # nothing half-installed
+                    raise
+    _library = library
+
+
 def install(ctx: Context) -> None:
-    for name in _FULL + _CELLS:
-        _patches.intercept(ctx, torch._VF, name, _handler(name), op=f"_VF.{name}")
+    _register(ctx.target)
     trace.register_cache("rnn CPU weights", cache.size)
 
 
 def uninstall() -> None:
-    _patches.restore()
+    global _library
+    library, _library = _library, None
+    if library is not None:
+        library._destroy()                      # removes the kernels from the dispatcher
     cache.clear()                           # deactivate() frees the CPU copies
