@@ -153,7 +153,10 @@ def install(ctx: Context) -> None:
                     continue                     # a core patch's wrapper runs our guard inline
                 memo = _memo.setdefault(op, set())
                 try:
-                    _patches.replace(owner, name, functools.partial(_shared_wrapper, shared, op, memo))
+                    # torch._VF keeps wrappers of its own: its op names ("torch._VF.lstm") are
+                    # what users see of nn.LSTM & co in warnings and reports
+                    _patches.replace(owner, name, functools.partial(
+                        _shared_wrapper, shared, op, memo, owner is torch._VF))
                 except (AttributeError, TypeError):  # read-only on this torch version
                     continue
         finally:
@@ -171,13 +174,14 @@ def uninstall() -> None:
 
 # ---------------------------------------------------------------------------- the wrapper
 
-def _shared_wrapper(shared: dict, op: str, memo: set, func):
+def _shared_wrapper(shared: dict, op: str, memo: set, group, func):
     """One wrapper per original: ``F.scaled_dot_product_attention is
-    torch._C._nn.scaled_dot_product_attention`` (and ``torch.x is torch._VF.x``) stays
-    True, as torch's ``func is ...`` checks expect (docs/transparency.md)."""
-    wrapper = shared.get(id(func))
+    torch._C._nn.scaled_dot_product_attention`` stays
+    True, as torch's ``func is ...`` checks expect (docs/transparency.md); ``group``
+    keeps apart aliases that must not share one."""
+    wrapper = shared.get((id(func), group))
     if wrapper is None:
-        wrapper = shared[id(func)] = _make_wrapper(op, func, memo)
+        wrapper = shared[id(func), group] = _make_wrapper(op, func, memo)
     return wrapper
 
 
