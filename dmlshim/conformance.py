@@ -49,7 +49,7 @@ __all__ = ["CLASSES", "Case", "Result", "collect", "run_mode", "run_sample", "cl
 CLASSES = ("match", "nondeterministic", "abort", "float64", "error", "wrong_dtype",
            "wrong_device", "wrong_values")
 MODES = ("raw", "shim")
-DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool}
 # Ops whose output is uninitialized memory: values are not part of their contract.
 UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted",
                                "new_empty", "new_empty_strided"})
