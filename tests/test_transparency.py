@@ -114,3 +114,48 @@ def test_aliases_stay_one_object_and_tables_are_restored():
     finally:
         dmlshim.deactivate()
     assert (list(UninitializedTensorMixin._allowed_methods), set(_device_constructors())) == before
+
+
+# ---------------------------------------------------------------- OpInfo / ModuleInfo samples
+
+OPS = (r"^(add|mul|div|cat|where|cumsum|softmax|fft\.fft|zeros|arange|to|index_put|"
+       r"nn\.functional\.(conv2d|scaled_dot_product_attention|cross_entropy))$")
+MODULES = r"^nn\.(LazyConv(2d|Transpose1d)|Linear|Conv2d|LSTM|TransformerEncoderLayer)$"
+
+
+@pytest.fixture(scope="module")
+def cases():
+    pytest.importorskip("expecttest", reason="torch.testing's OpInfo database needs expecttest")
+    from dmlshim import conformance
+    dmlshim.deactivate()
+    ops = conformance.collect(OPS, ["float32", "float16", "int64", "bool"])
+    modules = conformance.collect_modules(MODULES)
+    return ops.cases + modules.cases
+
+
+def _transparency(cases):
+    from dmlshim import conformance
+    return {(c.op, c.variant, c.dtype, c.index): r for c, r in
+            zip(cases, conformance.run_mode(cases, conformance.TRANSPARENCY))}
+
+
+def test_opinfo_and_moduleinfo_samples_are_identical_with_dmlshim(cases):
+    """The OpInfo (float32/float16/int64/bool) and ModuleInfo (float32 forward) samples
+    of a representative subset give on the CPU with ``activate()`` exactly what they give
+    without it (``make conformance`` runs all of them: docs/transparency.md)."""
+    assert {c.op for c in cases} >= {"add", "cat", "nn.LazyConv2d", "nn.LazyConvTranspose1d", "nn.LSTM"}
+    results = _transparency(cases)
+    failed = {k: f"{r.cls}: {r.message}" for k, r in results.items()
+              if r.cls not in ("match", "nondeterministic")}
+    assert not failed
+    assert sum(r.cls == "match" for r in results.values()) >= 0.95 * len(results)
+
+
+def test_the_transparency_run_finds_what_dmlshim_breaks(cases, monkeypatch):
+    """Both ways: with the identity tables left alone (the bug this file guards
+    against), the lazy modules' samples raise in the transparency run."""
+    from dmlshim.patches import _identity
+    monkeypatch.setattr(_identity, "alias", lambda original, wrapper: None)
+    results = _transparency([c for c in cases if c.op.startswith("nn.Lazy")])
+    assert results and {r.cls for r in results.values()} == {"error"}
+    assert all("uninitialized parameter" in r.message for r in results.values())
