@@ -6,7 +6,7 @@ and with the shim (``dmlshim.activate()``, fallback ``"auto"``), and counts how 
 match the CPU. The protocol, the match rule and the failure classes are in
 ``docs/conformance.md``; in short:
 
-* for every OpInfo (name + variant) and dtype (float32, int64, bool): the first 4
+* for every OpInfo (name + variant) and dtype (float32, float16, int64, bool): the first 4
   sample inputs ``op.sample_inputs("cpu", dtype, requires_grad=False)`` yields after
   ``torch.manual_seed(0)``; a sample counts only if the CPU accepts it;
 * every tensor of the sample (input, args, kwargs) is copied to the device (and a
@@ -14,12 +14,15 @@ match the CPU. The protocol, the match rule and the failure classes are in
   there after ``torch.manual_seed(0)``, as the CPU reference did;
 * a match: the same structure, dtypes and values (``exact`` profile of
   :mod:`dmlshim.parity`: bit for bit, NaNs equal), each output tensor on the device or,
-  for a dtype DirectML cannot hold, on the CPU (a *CPU island*).
+  for a dtype DirectML cannot hold, on the CPU (a *CPU island*);
+* the ``transparency`` mode runs every OpInfo and ModuleInfo sample on the CPU with
+  dmlshim active against the CPU without it (docs/transparency.md).
 
 Usage::
 
-    python -m dmlshim conformance [--ops REGEX] [--dtypes float32,int64,bool]
-        [--samples 4] [--mode raw|shim|both] [--json PATH] [--verbose] [--min-rate PCT]
+    python -m dmlshim conformance [--ops REGEX] [--dtypes float32,float16,int64,bool]
+        [--samples 4] [--mode raw|shim|both|transparency|all] [--modules REGEX]
+        [--json PATH] [--verbose] [--min-rate PCT]
 
 or from Python: ``cases = collect(...)``, ``records = run_mode(cases, "shim")``.
 """
