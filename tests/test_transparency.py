@@ -159,3 +159,25 @@ def test_the_transparency_run_finds_what_dmlshim_breaks(cases, monkeypatch):
     results = _transparency([c for c in cases if c.op.startswith("nn.Lazy")])
     assert results and {r.cls for r in results.values()} == {"error"}
     assert all("uninitialized parameter" in r.message for r in results.values())
+
+
+def test_a_sparse_island_comes_back_to_the_cpu(dml_device):
+    """``x.to(dml).to_sparse()``: DirectML has no sparse kernels (failure_modes.md #30),
+    so raw it fails; with dmlshim it is a CPU island, whose ``.to("cpu")`` and ``.cpu()``
+    raised ``Cannot access storage of SparseTensorImpl`` and now give the plain sparse
+    tensor the CPU gives."""
+    from dmlshim import islands
+
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    dmlshim.deactivate()
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        x.to(dml_device).to_sparse()
+    dmlshim.activate(trace=0)
+    try:
+        island = x.to(dml_device).to_sparse()
+        assert islands.is_island(island)
+        for plain in (island.to("cpu"), island.cpu()):
+            assert type(plain) is torch.Tensor and plain.layout == torch.sparse_coo
+            torch.testing.assert_close(plain.to_dense(), x, rtol=0, atol=0)
+    finally:
+        dmlshim.deactivate()
