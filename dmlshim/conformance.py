@@ -343,9 +343,14 @@ def run_on_cpu(case: Case, device=None) -> Result:
     """The transparency check of one case: run it on the CPU as the reference ran (with
     dmlshim active when called from ``run_mode(cases, "transparency")``) and compare
     exactly; an exception is classified, never raised."""
+    cpu = torch.device("cpu")
     try:
-        return compare(_run_cpu(case.opinfo, case.sample), case.expected, torch.device("cpu"),
-                       values=case.deterministic)
+        actual = _run_cpu(case.opinfo, case.sample)
+        result = compare(actual, case.expected, cpu, values=case.deterministic)
+        if result.cls == "wrong_values" and case.deterministic and not _reproducible(case):
+            case.deterministic = False       # linalg.lstsq: differs run to run without dmlshim too
+            result = compare(actual, case.expected, cpu, values=False)
+        return result
     except Exception as exc:  # noqa: BLE001 - what dmlshim broke is the finding
         return classify_error(exc)
 
