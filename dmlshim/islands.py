@@ -49,7 +49,7 @@ class Island(torch.Tensor):
         if _asks_for_cpu(func, args, kwargs):   # x.cpu(), x.to("cpu"): a plain CPU tensor
             with torch._C.DisableTorchFunctionSubclass():
                 out = func(*args, **kwargs)
-                return out.as_subclass(torch.Tensor) if isinstance(out, Island) else out
+                return _plain(out) if isinstance(out, Island) else out
         origin = _first_island(args, kwargs)
         if origin is None:                    # another subclass brought us here
             with torch._C.DisableTorchFunctionSubclass():
@@ -57,10 +57,11 @@ class Island(torch.Tensor):
         return run(func, args, kwargs, origin._dmlshim_home)
 
 
-_METADATA = frozenset(getattr(torch.Tensor, n).__get__ for n in (
+# a set, not a frozenset: dmlshim's wrappers of these join it (patches/_identity.py)
+_METADATA = set(getattr(torch.Tensor, n).__get__ for n in (
     "shape", "dtype", "device", "is_cpu", "ndim", "requires_grad", "is_leaf", "layout",
     "names", "is_sparse", "is_quantized", "is_meta", "is_cuda", "grad_fn", "_version")
-    if hasattr(torch.Tensor, n)) | frozenset(
+    if hasattr(torch.Tensor, n)) | set(
     getattr(torch.Tensor, n) for n in ("dim", "size", "numel", "stride", "is_floating_point",
                                        "is_complex", "element_size", "__len__", "__repr__",
                                        "__format__", "data_ptr", "storage_offset", "tolist",
@@ -68,6 +69,14 @@ _METADATA = frozenset(getattr(torch.Tensor, n).__get__ for n in (
                                        "register_hook", "retain_grad", "requires_grad_",
                                        "__bool__", "__int__", "__float__", "__index__")
     if hasattr(torch.Tensor, n))
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a plain ``torch.Tensor``: a zero-copy alias (a sparse one has no storage
+    for ``as_subclass``: a detached alias, as :func:`mark` made it)."""
+    if t.layout is torch.strided:
+        return t.as_subclass(torch.Tensor)
+    return torch.Tensor._make_subclass(torch.Tensor, t.detach(), t.requires_grad)
 
 
 def _asks_for_cpu(func, args, kwargs) -> bool:

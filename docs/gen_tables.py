@@ -3,6 +3,7 @@
 A page asks for a table with a marker line; ``mkdocs build`` replaces it:
 
     <!-- results: conformance -->             the OpInfo conformance summary, one row per torch lane
+    <!-- results: conformance groups -->      matches per dtype group and mode, rows per lane
     <!-- results: bench FILE.json -->         every row of one benchmark results file
 
 Run alone, ``python docs/gen_tables.py PAGE.md`` prints the page with its tables filled in.
@@ -28,10 +29,12 @@ def on_page_markdown(markdown, page=None, config=None, files=None):
 def _table(kind, arg):
     if kind == "conformance" and arg is None:
         return conformance_table()
+    if kind == "conformance" and arg == "groups":
+        return conformance_groups_table()
     if kind == "bench" and arg:
         return bench_table(arg)
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''}: "
-                     "allowed: 'conformance', 'bench FILE.json'")
+                     "allowed: 'conformance', 'conformance groups', 'bench FILE.json'")
 
 
 def _load(name):
@@ -81,6 +84,43 @@ def conformance_table():
             f"`{name}` ({_committed(name)}, commit {d.get('commit', '?')}, Python {d.get('python', '?')}, "
             f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics)")) + " |")
     return "\n".join(lines)
+
+
+def _counts(c):
+    return "-" if not c else f"{c['match']:,} / {c['compared']:,} ({100 * c['rate']:.2f} %)"
+
+
+def _opinfo_only(mode):
+    """The transparency mode's counts over the OpInfo groups only (it also counts modules)."""
+    groups = [c for g, c in mode.get("groups", {}).items() if g != "modules"]
+    match, compared = sum(c["match"] for c in groups), sum(c["compared"] for c in groups)
+    return {"match": match, "compared": compared, "rate": match / compared if compared else 0.0}
+
+
+def conformance_groups_table():
+    """Rows per lane and dtype group (float32, float16, int64, bool, modules): matches per mode."""
+    lines = ["| torch | commit | group | raw match | shim match | transparency |",
+             "|---|---|---|---|---|---|"]
+    seconds = []
+    for path in sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json")), reverse=True):
+        d = _load(os.path.basename(path))
+        modes = d["modes"]
+        groups = sorted({g for m in modes.values() for g in m.get("groups", {})},
+                        key=lambda g: (g == "modules", g))
+        for group in ["all OpInfo"] + groups:
+            cells = []
+            for mode in ("raw", "shim", "transparency"):
+                m = modes.get(mode)
+                if m is None:
+                    cells.append(_counts(None))
+                elif group != "all OpInfo":
+                    cells.append(_counts(m.get("groups", {}).get(group)))
+                else:
+                    cells.append(_counts(_opinfo_only(m) if mode == "transparency" else m))
+            lines.append(f"| {d['torch'].split('+')[0]} | {d.get('commit') or '?'} | {group} | "
+                         + " | ".join(cells) + " |")
+        seconds.append(f"{d['torch'].split('+')[0]}: " + " + ".join(f"{k} {v} s" for k, v in d["seconds"].items()))
+    return "\n".join(lines) + f"\n\nSeconds on 2 cores ({'; '.join(seconds)})."
 
 
 def _time(seconds):

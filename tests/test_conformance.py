@@ -64,8 +64,8 @@ def test_samples_are_the_same_in_every_collection(collected):
 
 
 def test_bad_arguments_raise():
-    with pytest.raises(ValueError, match="float16"):
-        conformance.collect("^add$", ["float16"])
+    with pytest.raises(ValueError, match="float8"):
+        conformance.collect("^add$", ["float8"])
     with pytest.raises(ValueError, match="mode"):
         conformance.run_mode([], "fast")
 
@@ -173,18 +173,19 @@ def test_json_and_exit_status(tmp_path, capsys):
     from dmlshim.__main__ import main
 
     path = tmp_path / "c.json"
-    assert main(["conformance", "--ops", r"^(add|fft\.fft)$", "--dtypes", "float32",
+    assert main(["conformance", "--ops", r"^(add|fft\.fft)$", "--dtypes", "float32", "--mode", "both",
                  "--no-progress", "--json", str(path), "--verbose"]) == 0
     printed = capsys.readouterr().out
     assert "match" in printed and "[raw] abort" in printed and "fft.fft" in printed
     data = json.loads(path.read_text())
     assert data["torch"] == torch.__version__
-    assert data["options"] == {"ops": r"^(add|fft\.fft)$", "dtypes": ["float32"], "samples": 4,
-                               "modes": ["raw", "shim"]}
+    assert data["options"] == {"ops": r"^(add|fft\.fft)$", "modules": "", "dtypes": ["float32"],
+                               "samples": 4, "modes": ["raw", "shim"]}
     assert data["total"] == 8 and set(data["seconds"]) == {"cpu", "raw", "shim"}
     for mode in ("raw", "shim"):
         counts = data["modes"][mode]
-        assert set(counts) == {"compared", "match", "rate", "classes"}
+        assert set(counts) == {"compared", "match", "rate", "classes", "groups"}
+        assert set(counts["groups"]) == {"float32"}
         assert sum(counts["classes"].values()) == data["total"]
     fft = [r for r in data["records"] if r["op"] == "fft.fft"]
     assert len(fft) == 4

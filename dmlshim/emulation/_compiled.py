@@ -12,6 +12,7 @@ The extension is compiled on first use with ``torch.utils.cpp_extension``
 (default ``~/.cache/torch_extensions``), keyed by the source's hash.
 """
 import functools
+import hashlib
 import os
 import shutil
 import sys
@@ -59,7 +60,9 @@ def extension():
     from torch.utils import cpp_extension
     os.environ["PATH"] = _search_path()    # torch runs ninja from PATH
     tag = torch.__version__.split("+")[0].replace(".", "_")
-    return cpp_extension.load(name=f"dmlshim_emulation_torch{tag}", sources=[SOURCE],
+    with open(SOURCE, "rb") as f:           # one build per source version: checkouts of
+        digest = hashlib.sha1(f.read()).hexdigest()[:8]   # different versions never rebuild each other's
+    return cpp_extension.load(name=f"dmlshim_emulation_torch{tag}_{digest}", sources=[SOURCE],
                               extra_cflags=["-O2"], verbose=False)
 
 
@@ -67,6 +70,7 @@ _ext = None
 # Zero-copy moves, the extension's own functions once setup() has run (no
 # Python frame per move): to_device(cpu) -> device alias, cpu_alias(dev) -> CPU alias.
 to_device = cpu_alias = None
+wrap_number = None      # 0-dim tensor -> the same flagged as a wrapped number
 
 
 def setup(device_type, device_module, fallback, take_op):
@@ -82,10 +86,13 @@ def setup(device_type, device_module, fallback, take_op):
     Returns:
         An empty list (the C++ registrations live as long as the process).
     """
-    global _ext, to_device, cpu_alias
+    global _ext, to_device, cpu_alias, wrap_number
     _ext = extension()
     # The extension's functions themselves: no Python frame per move.
     to_device, cpu_alias = _ext.to_device, _ext.cpu_alias
+    wrap_number = _ext.wrap_number
+    from .. import fallback
+    fallback.wrap_number = wrap_number      # Python numbers become the CPU's wrapped numbers
     # The same-name rename marks the backend as registered: without it, newer
     # torch's backward() fails with "Cannot access accelerator device".
     torch.utils.rename_privateuse1_backend(device_type)

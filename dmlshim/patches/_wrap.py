@@ -28,6 +28,7 @@ import torch
 import wrapt
 
 from .. import fallback, trace
+from . import _identity
 
 try:
     from torch.jit import _builtins as _jit_builtins     # private, see _jit_alias
@@ -190,11 +191,13 @@ class PatchSet:
             replaced = parent.__dict__[attr] if had_own else getattr(parent, attr)
             current = getattr(parent, attr)
             proxy = make_proxy(replaced)
+            _identity.prime()               # torch's cached tables, before they see a wrapper
             setattr(parent, attr, proxy)
             if key not in _originals:       # first save wins
                 _originals[key] = current
                 _owners[id(parent)] = parent
             _jit_alias(proxy, replaced)
+            _identity.alias(getattr(replaced, "__func__", replaced), proxy)
             self._applied.append((parent, attr, proxy, replaced, had_own))
             self._keys.add(key)
 
@@ -284,6 +287,7 @@ class PatchSet:
             else:
                 delattr(parent, attr)       # the attribute was inherited: uncover it again
             _jit_alias(proxy, None)
+            _identity.forget(proxy)
         if skipped:
             names = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
             warnings.warn(f"dmlshim: {names} {'was' if len(skipped) == 1 else 'were each'} replaced after "

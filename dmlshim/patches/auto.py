@@ -120,13 +120,17 @@ def install(ctx: Context) -> None:
         _ctx = ctx
         gc_was_on = gc.isenabled()
         gc.disable()        # 2,700 new closures would trigger full collections: 0.15 s -> 12 ms
+        shared: Dict[int, object] = {}      # id(original) -> its wrapper, shared by aliases
         try:
             for owner, name, op in entry_points():
                 if getattr(vars(owner).get(name), "__dmlshim_guarded__", False):
                     continue                     # a core patch's wrapper runs our guard inline
                 memo = _memo.setdefault(op, set())
                 try:
-                    _patches.replace(owner, name, functools.partial(_make_wrapper, op, memo=memo))
+                    # torch._VF keeps wrappers of its own: its op names ("torch._VF.lstm") are
+                    # what users see of nn.LSTM & co in warnings and reports
+                    _patches.replace(owner, name, functools.partial(
+                        _shared_wrapper, shared, op, memo, owner is torch._VF))
                 except (AttributeError, TypeError):  # read-only on this torch version
                     continue
         finally:
@@ -143,6 +147,17 @@ def uninstall() -> None:
 
 
 # ---------------------------------------------------------------------------- the wrapper
+
+def _shared_wrapper(shared: dict, op: str, memo: set, group, func):
+    """One wrapper per original: ``F.scaled_dot_product_attention is
+    torch._C._nn.scaled_dot_product_attention`` stays
+    True, as torch's ``func is ...`` checks expect (docs/transparency.md); ``group``
+    keeps apart aliases that must not share one."""
+    wrapper = shared.get((id(func), group))
+    if wrapper is None:
+        wrapper = shared[id(func), group] = _make_wrapper(op, func, memo)
+    return wrapper
+
 
 def _make_wrapper(op: str, func, memo: set):
     """The wrapper of ``func`` (unbound for ``Tensor`` methods)."""

@@ -129,6 +129,14 @@ at::Tensor to_device(const at::Tensor& cpu) { return alias_on(cpu, {kDevice, 0})
 
 at::Tensor cpu_alias(const at::Tensor& dev) { return alias_on(dev, c10::Device(c10::kCPU)); }
 
+// ``t`` flagged as a wrapped number (the 0.5 of ``x + 0.5``): it then never decides a
+// result's dtype within its category, as on the CPU. Python has no way to set the flag.
+at::Tensor wrap_number(const at::Tensor& t) {
+  at::Tensor out = t.detach();
+  out.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return out;
+}
+
 void set_first_call_hook(py::object fn) {
   at::RegisterPrivateUse1HooksInterface(&hooks);
   if (on_first_call == nullptr) on_first_call = new py::object();
@@ -150,6 +158,7 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("to_device", &to_device, "A device tensor aliasing a CPU tensor's memory (no copy)");
   m.def("cpu_alias", &cpu_alias, "A CPU tensor aliasing a device tensor's memory (no copy)");
+  m.def("wrap_number", &wrap_number, "A 0-dim CPU tensor flagged as a wrapped Python number");
   m.def("set_first_call_hook", &set_first_call_hook,
         "Register the hooks and the Python callback (name, overload) -> bool");
 }
