@@ -361,6 +361,9 @@ _QWEN3 = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
           "initializer_range": 0.5}
 
 
+_NANO_FILES = 2   # version of the LLM files _write_qwen3 writes: part of the cache key
+
+
 def _write_qwen3(llm_dir, seed):
     """A byte-level BPE tokenizer trained offline and a tiny ``Qwen3Config`` in ``llm_dir``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -378,6 +381,12 @@ def _write_qwen3(llm_dir, seed):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>", bos_token=None)
     fast.save_pretrained(str(llm_dir))
+    # transformers 5 names its class TokenizersBackend, unknown to 4.x; both load this one,
+    # so a directory built on one torch lane (cache shared) loads on the other
+    config_path = Path(llm_dir) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config_path.write_text(json.dumps(dict(config, tokenizer_class="PreTrainedTokenizerFast"),
+                                      indent=2, ensure_ascii=False), encoding="utf-8")
     ids = {t: tok.token_to_id(t) for t in _QWEN_SPECIALS}
     Qwen3Config(vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
                 eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
@@ -534,7 +543,7 @@ def build(kind, size="tiny", cache_dir=None, seed=0):
     Raises ValueError for an unknown kind or size.
     """
     config, tokens, _ = model_config(kind, size)   # paths of "nano" left out of the hash
-    recipe = json.dumps([config, tokens, seed, _am_mvn(1)] + ([_QWEN3] if kind == "nano" else []),
+    recipe = json.dumps([config, tokens, seed, _am_mvn(1)] + ([_QWEN3, _NANO_FILES] if kind == "nano" else []),
                         ensure_ascii=False, sort_keys=True)
     digest = hashlib.sha1(recipe.encode("utf-8")).hexdigest()[:10]
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
