@@ -11,6 +11,10 @@ PIP           := $(PY) -m pip
 # torchvision matching each torch lane (torch-directml 0.2.5 pins torch 2.4.1 + torchvision 0.19.1)
 TORCHVISION_2.4.1 := 0.19.1
 TORCHVISION   := $(TORCHVISION_$(TORCH_VERSION))
+# transformers 5.x disables torch < 2.6 (utils/import_utils.py) and funasr does not pin it:
+# the 2.4.1 lane gets the last 4.x, which has Qwen3 (4.51+) for Fun-ASR-Nano
+TRANSFORMERS_2.4.1 := 4.57.6
+TRANSFORMERS  := $(TRANSFORMERS_$(TORCH_VERSION))
 STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
@@ -23,6 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	echo "torch==$(TORCH_VERSION)" > $(VENV)/constraints.txt
 	$(if $(TORCHVISION),echo "torchvision==$(TORCHVISION)" >> $(VENV)/constraints.txt)
+	$(if $(TRANSFORMERS),echo "transformers==$(TRANSFORMERS)" >> $(VENV)/constraints.txt)
 	$(PIP) install --upgrade pip setuptools wheel
 	# No download cache for torch: the 2.4.1 lane's CUDA wheel and its nvidia-* packages are
 	# 3 GB of downloads (6 GB installed), and a cached copy doubles that on a small CI disk.

@@ -3,8 +3,8 @@
 Two servers on 127.0.0.1 (free ports, stopped by their PIDs), built by
 examples/funasr_server.py: ``dmlshim run --device emulated funasr-server --device
 privateuseone:0`` and plain ``funasr-server --device cpu``, both on a tiny
-random-weight SeacoParaformer (examples/funasr_models.py; ``ncpu: 1``, the 2-core
-setting of the tests). Each gets N requests of the bundled speech (zh.wav / en.wav,
+random-weight SeacoParaformer, then both on a tiny Fun-ASR-Nano (``--model
+fun-asr-nano``; examples/funasr_models.py; ``ncpu: 1``, the 2-core setting of the tests). Each gets N requests of the bundled speech (zh.wav / en.wav,
 about 6.6 s each) from K threads of the official ``openai`` client, bounded in count
 and in time (``--budget`` seconds; the run fails past it).
 
@@ -29,13 +29,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 
-def model_dir(tmp):
+# (row label, funasr_models kind, funasr-server --model): Fun-ASR-Nano beside Paraformer
+MODELS = (("tiny SeacoParaformer", "seaco", None), ("tiny Fun-ASR-Nano", "nano", "fun-asr-nano"))
+
+
+def model_dir(tmp, kind="seaco"):
     import yaml
 
     import funasr_models
 
-    src = funasr_models.build("seaco")
-    dst = Path(tmp) / src.name
+    src = funasr_models.build(kind)
+    dst = Path(tmp) / src.name     # Nano's LLM paths stay absolute, into src
     shutil.copytree(src, dst)
     config = yaml.safe_load((dst / "config.yaml").read_text(encoding="utf-8"))
     (dst / "config.yaml").write_text(yaml.safe_dump(dict(config, ncpu=1), allow_unicode=True),
@@ -103,11 +107,31 @@ def main():
 
     good = samples()
     rows, extra, ok = [], {"requests": requests, "threads": args.threads}, True
+    for label, kind, server_model in MODELS:
+        model_rows, model_extra, model_ok = run_model(args, requests, good, label, kind,
+                                                      server_model, Server)
+        rows += model_rows
+        ok &= model_ok
+        # Paraformer's keys as before; Nano's under its label
+        extra.update(model_extra if kind == "seaco" else {f"{label}: {k}": v
+                                                            for k, v in model_extra.items()})
+    timing.finish(args, "server_load", rows, extra)
+    for key, value in extra.items():
+        if isinstance(value, dict) and "bad_uploads" in value:
+            print(f"{key}: bad uploads -> " + ", ".join(
+                f"{n}: HTTP {o['status']}{'' if o['next_ok'] else ' (NEXT REQUEST FAILED)'}"
+                for n, o in value["bad_uploads"].items()))
+    return 0 if ok else 1
+
+
+def run_model(args, requests, good, label, kind, server_model, Server):
+    """(rows, extra, ok) of the CPU and the emulated server on one model."""
+    rows, extra, ok = [], {}, True
     with tempfile.TemporaryDirectory() as tmp:
-        path = model_dir(tmp)
+        path = model_dir(tmp, kind)
         results = {}
         for variant, device in (("cpu server", "cpu"), ("emulated DirectML server (dmlshim run)", "emulated")):
-            with Server(device, path) as server:
+            with Server(device, path, model=server_model) as server:
                 results[variant] = load(server, good, requests, args.threads, args.budget)
                 results[variant]["bad_uploads"] = bad_upload_outcomes(server, good)
                 results[variant]["alive"] = server.proc.poll() is None
@@ -125,19 +149,14 @@ def main():
         note = (f"p95 {timing.seconds(p95)}, {requests / r['wall_s']:.2f} req/s, "
                 f"RSS {r['rss_end'] / 2**20:.0f} MiB (+{growth:.1f} MiB over {requests} requests), "
                 + ("transcripts == CPU server" if same else "TRANSCRIPTS DIFFER"))
-        rows.append({"case": f"{requests} requests, {args.threads} threads, tiny SeacoParaformer",
+        rows.append({"case": f"{requests} requests, {args.threads} threads, {label}",
                      "variant": variant, "min_s": lat[0], "median_s": p50, "repeats": len(lat),
                      "ratio": p50 / base, "note": note})
         extra[variant] = {"p50_s": p50, "p95_s": p95, "throughput_rps": requests / r["wall_s"],
                           "wall_s": r["wall_s"], "rss_start_bytes": r["rss_start"],
                           "rss_end_bytes": r["rss_end"], "rss_growth_bytes": r["rss_end"] - r["rss_start"],
                           "transcripts_equal_cpu": same, "bad_uploads": r["bad_uploads"]}
-    timing.finish(args, "server_load", rows, extra)
-    for variant in results:
-        print(f"{variant}: bad uploads -> " + ", ".join(
-            f"{n}: HTTP {o['status']}{'' if o['next_ok'] else ' (NEXT REQUEST FAILED)'}"
-            for n, o in extra[variant]["bad_uploads"].items()))
-    return 0 if ok else 1
+    return rows, extra, ok
 
 
 if __name__ == "__main__":

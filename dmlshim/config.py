@@ -14,6 +14,8 @@ Variables
 ``DMLSHIM_DEVICE``    ``auto`` (default) | ``directml`` | ``cuda`` | ``xpu`` | ``mps`` |
                       ``cpu`` (optionally with an index, ``cuda:1``).
                       ``INFERENCE_DEVICE`` is honoured as an alias.
+``DMLSHIM_BF16``      ``float32`` (default) | ``float16`` | ``cpu``: what a bfloat16 value
+                      becomes on DirectML, which cannot hold one (docs/fun-asr-nano.md).
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ FALLBACK_MODES = ("auto", "known", "off")
 DEVICE_KINDS = ("auto", "directml", "dml", "privateuseone", "cuda", "xpu", "mps", "cpu")
 DEFAULT_TARGET = "privateuseone"
 _WORDS = ("true", "false", "yes", "no", "on", "off")
+# bfloat16 on DirectML (failure_modes.md #8): computed as float32 / float16 on the device,
+# or kept on the CPU as an island ("cpu": a bf16 Parameter then cannot move)
+BF16_POLICIES = ("float32", "float16", "cpu")
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class Config:
     trace: Optional[str] = None
     fallback: str = "auto"
     device: str = "auto"
+    bf16: str = "float32"
 
 
 def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = "trace") -> Optional[str]:
@@ -74,6 +80,14 @@ def parse_device(value: str, *, name: str = "DMLSHIM_DEVICE") -> str:
     return text
 
 
+def parse_bf16(value: str, *, name: str = "DMLSHIM_BF16") -> str:
+    """Validate a bfloat16 policy: ``float32``, ``float16`` or ``cpu``."""
+    policy = str(value).strip().lower()
+    if policy not in BF16_POLICIES:
+        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(BF16_POLICIES)}")
+    return policy
+
+
 def device_from_env(environ: Mapping[str, str] = os.environ) -> str:
     """``DMLSHIM_DEVICE``, else its alias ``INFERENCE_DEVICE``, else ``auto``."""
     for name in ("DMLSHIM_DEVICE", "INFERENCE_DEVICE"):
@@ -100,4 +114,6 @@ def from_env(target: Optional[str] = None, *, trace=None, fallback: Optional[str
     if environ.get("DMLSHIM_CODEPAGE", "").strip():      # validated now, used by dmlshim.errors
         from .errors import parse_codepage
         parse_codepage(environ["DMLSHIM_CODEPAGE"])
-    return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ))
+    bf16 = parse_bf16(environ.get("DMLSHIM_BF16", "float32") or "float32")
+    return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ),
+                  bf16=bf16)

@@ -28,6 +28,9 @@ whisper        WhisperWarp (openai-whisper's Whisper) +     Whisper-large-v3 thr
                WhisperFrontend + WhisperTokenizer           (``size="real"``: tiny's widths)
 emotion2vec    Emotion2vec (data2vec audio encoder, ALiBi)  emotion2vec_plus_base (9 emotion
                + a linear head over 9 emotion labels        labels)
+nano           FunASRNano: SenseVoiceEncoderSmall +         Fun-ASR-Nano-2512's layout (no CTC
+               Transformer adaptor + Qwen3 (transformers,   head; tiny widths either way; see
+               ``AutoModelForCausalLM.from_config``)        docs/fun-asr-nano.md)
 =============  ===========================================  =================================
 
 ``size="tiny"`` keeps the architecture and shrinks widths and depths so a
@@ -48,8 +51,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torchvision_ops  # transformers imports torchvision (Nano's Qwen3): this repo's CI only
+
+torchvision_ops.apply()
+
 KINDS = ("paraformer", "bicif", "seaco", "vad", "punc", "sensevoice",
-         "paraformer-streaming", "campplus", "whisper", "emotion2vec")
+         "paraformer-streaming", "campplus", "whisper", "emotion2vec", "nano")
 SIZES = ("tiny", "real")
 
 # Transcripts of the bundled samples (examples/data), so their characters and
@@ -311,6 +318,81 @@ def _emotion2vec_config(size):
             "tokenizer": "CharTokenizer", "tokenizer_conf": {"unk_symbol": "<unk>"}}
 
 
+# Fun-ASR-Nano's LLM directory (Qwen3 config + tokenizer), named as in the published model
+NANO_LLM_DIR = "Qwen3-0.6B"
+# Qwen's chat tokens; Nano's prompt is ChatML and generation stops at <|im_end|>
+_QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Nano's prompt (get_prompt, generate_chatml): trained into the tokenizer so it encodes short
+_NANO_PROMPT = ("system\nYou are a helpful assistant.\nuser\n语音转写：\nassistant\n"
+                "请结合上下文信息，更加准确地完成语音转写任务。热词列表语音转写成，不进行文本规整")
+
+
+def _nano_config(size, model_dir):
+    """Fun-ASR-Nano-2512's config.yaml layout with tiny widths (``size`` is ignored: a
+    0.6B Qwen3 is not built here); ``model_dir``: the final directory, because Nano's
+    ``init_param_path``s are absolute paths (funasr resolves nothing against the model)."""
+    llm_dir = str(Path(model_dir).resolve() / NANO_LLM_DIR) if model_dir else NANO_LLM_DIR
+    encoder = _sensevoice_config("tiny")["encoder_conf"]
+    return {
+        "model": "FunASRNano",
+        "model_conf": {"lsm_weight": 0.1, "length_normalized_loss": True},
+        "audio_encoder": "SenseVoiceEncoderSmall",
+        "audio_encoder_conf": {**encoder, "freeze": True},
+        "audio_adaptor": "Transformer",
+        "audio_adaptor_conf": {"downsample_rate": 1, "use_low_frame_rate": False,
+                               "ffn_dim": 64, "llm_dim": 32, "encoder_dim": encoder["output_size"],
+                               "n_layer": 1, "attention_heads": 4, "freeze": True},
+        "llm": "Qwen3-0.6b",
+        "llm_conf": {"hub": "hf", "freeze": True, "llm_dtype": "fp32",
+                     "init_param_path": llm_dir, "use_lora": False},
+        **_frontend(lfr_m=7, lfr_n=6),
+        "tokenizer": "HuggingfaceTokenizer",
+        "tokenizer_conf": {"init_param_path": llm_dir},
+        # a random LLM rarely emits <|im_end|>: cap the decode (Nano's default is 512 tokens)
+        "max_length": 24,
+    }
+
+
+# The tiny Qwen3: Qwen3-0.6B's shape (GQA, head_dim, RMSNorm, RoPE) at width 32. Wide
+# random weights, untied head: the greedy decode then depends on the audio.
+_QWEN3 = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+          "max_position_embeddings": 2048, "tie_word_embeddings": False,
+          "initializer_range": 0.5}
+
+
+_NANO_FILES = 2   # version of the LLM files _write_qwen3 writes: part of the cache key
+
+
+def _write_qwen3(llm_dir, seed):
+    """A byte-level BPE tokenizer trained offline and a tiny ``Qwen3Config`` in ``llm_dir``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=_QWEN_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    text = [_NANO_PROMPT] + [(_DATA / n).read_text(encoding="utf-8") for n in ("zh.txt", "en.txt")
+                             if (_DATA / n).exists()]
+    tok.train_from_iterator(text * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", bos_token=None)
+    fast.save_pretrained(str(llm_dir))
+    # transformers 5 names its class TokenizersBackend, unknown to 4.x; both load this one,
+    # so a directory built on one torch lane (cache shared) loads on the other
+    config_path = Path(llm_dir) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config_path.write_text(json.dumps(dict(config, tokenizer_class="PreTrainedTokenizerFast"),
+                                      indent=2, ensure_ascii=False), encoding="utf-8")
+    ids = {t: tok.token_to_id(t) for t in _QWEN_SPECIALS}
+    Qwen3Config(vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
+                eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+                **_QWEN3).save_pretrained(str(llm_dir))
+
+
 # SenseVoice's task tags: the decoder emits language, emotion, event and text-norm
 # tags first (inference() drops the first four tokens when aligning timestamps).
 _SENSEVOICE_TAGS = ["<|zh|>", "<|en|>", "<|NEUTRAL|>", "<|HAPPY|>", "<|Speech|>",
@@ -348,8 +430,11 @@ def _am_mvn(dim):
                       f"<Rescale> {dim} {dim}", row("0.2"), "</Nnet>", ""])
 
 
-def model_config(kind, size="tiny"):
-    """``(config, tokens, feature_dim)`` for a kind; ``feature_dim`` sizes am.mvn (None: no am.mvn)."""
+def model_config(kind, size="tiny", model_dir=None):
+    """``(config, tokens, feature_dim)`` for a kind; ``feature_dim`` sizes am.mvn (None: no am.mvn).
+
+    ``model_dir``: where the directory will live ("nano" writes absolute paths to it).
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown model kind {kind!r}; allowed: {', '.join(KINDS)}")
     if size not in SIZES:
@@ -364,6 +449,8 @@ def model_config(kind, size="tiny"):
         return _whisper_config(size), None, None
     if kind == "emotion2vec":
         return _emotion2vec_config(size), _EMOTIONS, None
+    if kind == "nano":
+        return _nano_config(size, model_dir), None, 560
     if kind == "sensevoice":  # tokens: what bpe.model is trained on
         return _sensevoice_config(size), _token_list("tiny"), 560
     tokens = _token_list(size)
@@ -386,6 +473,7 @@ def _build_module(config, tokens, model_dir):
         frontend = tables.frontend_classes.get(kwargs["frontend"])(**frontend_conf)
         kwargs["input_size"] = frontend.output_size()
     kwargs["vocab_size"] = len(tokens) if tokens else -1
+    kwargs.pop("max_length", None)  # an inference option, not a model argument
     if (model_dir / "bpe.model").exists():
         import sentencepiece as spm
         kwargs["vocab_size"] = spm.SentencePieceProcessor(
@@ -395,18 +483,21 @@ def _build_module(config, tokens, model_dir):
     return model_class(**{**kwargs.get("model_conf", {}), **kwargs})
 
 
-def write_model_dir(model_dir, kind, size="tiny", seed=0):
+def write_model_dir(model_dir, kind, size="tiny", seed=0, final_dir=None):
     """Write a complete model directory for ``kind`` into ``model_dir`` (created).
 
-    Returns the number of parameters. Needs funasr and torch; ``size="real"``
-    for "seaco" takes a few seconds and about 3 GB of memory.
+    ``final_dir``: where the directory will be moved to, for the absolute paths of
+    "nano" (default ``model_dir``). Returns the number of parameters. Needs funasr
+    and torch; ``size="real"`` for "seaco" takes a few seconds and about 3 GB of memory.
     """
     import torch
     import yaml
 
-    config, tokens, feat_dim = model_config(kind, size)
     model_dir = Path(model_dir)
+    config, tokens, feat_dim = model_config(kind, size, final_dir or model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
+    if kind == "nano":  # the LLM's config and tokenizer
+        _write_qwen3(model_dir / NANO_LLM_DIR, seed)
     with open(model_dir / "config.yaml", "w", encoding="utf-8") as f:
         yaml.safe_dump(config, f, allow_unicode=True, sort_keys=False)
     if kind == "sensevoice":
@@ -427,9 +518,18 @@ def write_model_dir(model_dir, kind, size="tiny", seed=0):
     # would otherwise also fork an accelerator's, and DirectML has no RNG state API.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = _build_module(config, tokens, model_dir)
+        # nano: built from the LLM files where they are now, before the move
+        model = _build_module(_local_llm_paths(config, model_dir) if kind == "nano" else config,
+                              tokens, model_dir)
     torch.save(model.state_dict(), model_dir / "model.pt")
     return sum(p.numel() for p in model.parameters())
+
+
+def _local_llm_paths(config, model_dir):
+    """``config`` with Nano's LLM paths pointing into ``model_dir`` (built before the move)."""
+    local = str(Path(model_dir).resolve() / NANO_LLM_DIR)
+    return {**config, "llm_conf": {**config["llm_conf"], "init_param_path": local},
+            "tokenizer_conf": {**config["tokenizer_conf"], "init_param_path": local}}
 
 
 def build(kind, size="tiny", cache_dir=None, seed=0):
@@ -442,8 +542,9 @@ def build(kind, size="tiny", cache_dir=None, seed=0):
     interrupted build leaves nothing half-written behind.
     Raises ValueError for an unknown kind or size.
     """
-    config, tokens, _ = model_config(kind, size)
-    recipe = json.dumps([config, tokens, seed, _am_mvn(1)], ensure_ascii=False, sort_keys=True)
+    config, tokens, _ = model_config(kind, size)   # paths of "nano" left out of the hash
+    recipe = json.dumps([config, tokens, seed, _am_mvn(1)] + ([_QWEN3, _NANO_FILES] if kind == "nano" else []),
+                        ensure_ascii=False, sort_keys=True)
     digest = hashlib.sha1(recipe.encode("utf-8")).hexdigest()[:10]
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     model_dir = cache_dir / f"{kind}-{size}-{digest}"
@@ -452,7 +553,7 @@ def build(kind, size="tiny", cache_dir=None, seed=0):
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=cache_dir))
     try:
-        write_model_dir(tmp, kind, size, seed)
+        write_model_dir(tmp, kind, size, seed, final_dir=model_dir)
         try:
             tmp.rename(model_dir)
         except OSError:  # another process finished first: use its copy

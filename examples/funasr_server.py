@@ -49,10 +49,11 @@ class Server:
     up), and stops by PID on exit. Output goes to a log file, ``self.log``.
     """
 
-    def __init__(self, device, model_path, *, timeout=180, report=False):
+    def __init__(self, device, model_path, *, timeout=180, report=False, model=None):
         if device not in ("emulated", "cpu"):
             raise ValueError(f"device={device!r}: allowed values are 'emulated', 'cpu'")
         self.device, self.model_path, self.timeout = device, str(model_path), timeout
+        self.model = model                  # funasr-server --model (e.g. fun-asr-nano)
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}/v1"
         self.report = report
@@ -66,6 +67,8 @@ class Server:
         if program is None:
             raise RuntimeError("funasr-server not found: pip install funasr (and the 'server' extra)")
         args = ["--model-path", self.model_path, "--host", HOST, "--port", str(self.port)]
+        if self.model:
+            args = ["--model", self.model, *args]
         if self.device == "cpu":
             return [program, "--device", "cpu", *args]
         shim = ["--device", "emulated"] + (["--report"] if self.report else [])
@@ -79,7 +82,11 @@ class Server:
         self.stop()
 
     def start(self):
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TQDM_DISABLE="1")
+        # this repo's CI: torchvision stand-ins in the server too (transformers imports
+        # torchvision for Fun-ASR-Nano's Qwen3); a no-op where torchvision loads
+        site = str(DATA.parent / "_torchvision_site")
+        path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TQDM_DISABLE="1", PYTHONPATH=path)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env)

@@ -18,7 +18,8 @@ timestamps within one 60 ms frame); ``--tolerance`` picks one.
 Without ``--model`` a small SeacoParaformer with *random weights* is built
 offline (examples/funasr_models.py): it runs the real model code, but its text
 is meaningless. ``--model random:KIND`` picks another family (KIND: paraformer,
-bicif, seaco, sensevoice, paraformer-streaming, whisper); ``--vad-model random``
+bicif, seaco, sensevoice, paraformer-streaming, whisper, nano = Fun-ASR-Nano:
+SenseVoice encoder + Qwen3, docs/fun-asr-nano.md); ``--vad-model random``
 / ``--punc-model random`` / ``--spk-model random`` do the same for FSMN-VAD,
 CT-Transformer punctuation and cam++ speaker labels (``spk_model`` needs a VAD
 model: a random one is added when none is given).
@@ -40,7 +41,8 @@ sys.path.insert(0, str(HERE))  # funasr_models lives next to this file
 
 DEVICES = ("auto", "directml", "cpu", "emulated")
 # --model random:KIND; plain "random" is random:seaco (paraformer-zh's architecture)
-RANDOM_KINDS = ("paraformer", "bicif", "seaco", "sensevoice", "paraformer-streaming", "whisper")
+RANDOM_KINDS = ("paraformer", "bicif", "seaco", "sensevoice", "paraformer-streaming", "whisper",
+                "nano")
 # FunASR's streaming example: 600 ms chunks (10 x 60 ms), look-back 4 / 1 chunks
 STREAM_CHUNK = [0, 10, 5]
 STREAM_LOOK_BACK = {"encoder_chunk_look_back": 4, "decoder_chunk_look_back": 1}

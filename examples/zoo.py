@@ -110,6 +110,8 @@ def funasr_families(cache, profile):
                _funasr("seaco", cache, vad_model="vad", punc_model="punc",
                        spk_model="campplus"), figures),
         Family("Whisper (funasr.models.whisper)", _funasr("whisper", cache), figures),
+        Family("Fun-ASR-Nano (SenseVoice encoder + Qwen3, transformers)",
+               _funasr("nano", cache), figures),
         Family("emotion2vec (utterance emotion scores)", _emotion2vec(cache),
                lambda a, e: _scores(a, e, profile)),
     ]

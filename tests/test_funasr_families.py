@@ -1,6 +1,6 @@
 """FunASR's other model families on the DirectML device: SenseVoiceSmall, the streaming
-Paraformer (chunked, with a cache), cam++ speaker labels, emotion2vec, Whisper; tiny
-random weights.
+Paraformer (chunked, with a cache), cam++ speaker labels, emotion2vec, Whisper,
+Fun-ASR-Nano (SenseVoice encoder + Qwen3 through transformers); tiny random weights.
 
 Real funasr code throughout (examples/funasr_models.py builds the model directories,
 ``AutoModel`` loads them); each family first fails raw on the device where DirectML
@@ -10,7 +10,8 @@ the session's profile (exact on the emulator, "device" under GPU numerics).
 Where each raw failure comes from (funasr 1.4.16): SenseVoice's timestamp pass does
 ``logits[pred == blank, blank] = 0`` with a CPU mask on a device tensor
 (sense_voice/model.py:1054); the streaming Paraformer's CIF does float64 arithmetic,
-which most DirectML GPUs lack (failure_modes.md #7). cam++ and emotion2vec need no fix;
+which most DirectML GPUs lack (failure_modes.md #7); Fun-ASR-Nano's Qwen3 decode
+concatenates onto an empty KV cache (failure_modes.md, empty-input cat). cam++ and emotion2vec need no fix;
 Whisper's sparse alignment_heads buffer cannot be moved to DirectML (failure_modes.md #30):
 with dmlshim it stays on the CPU as an island.
 """
@@ -63,6 +64,7 @@ def speaker_embedding(model_dir, device):
 @pytest.mark.parametrize("kind, error", [
     ("sensevoice", "unbox expects Dml at::Tensor"),        # CPU bool mask into a device tensor
     ("paraformer-streaming", "does not support Double"),   # float64
+    ("nano", "The parameter is incorrect"),                # empty-input cat (transformers' KV cache)
 ])
 def test_without_shim_the_model_fails_on_the_device(kind, error, model_dir, dml_device):
     assert not dmlshim.is_active()
@@ -70,7 +72,7 @@ def test_without_shim_the_model_fails_on_the_device(kind, error, model_dir, dml_
         transcribe(load(model_dir, kind, dml_device), kind)
 
 
-@pytest.mark.parametrize("kind", ["sensevoice", "paraformer-streaming"])
+@pytest.mark.parametrize("kind", ["sensevoice", "paraformer-streaming", "nano"])
 def test_shim_matches_cpu(kind, model_dir, dml_device, default_shim, profile):
     """Text (and SenseVoice's timestamps) equal the CPU run within the profile."""
     ref = transcribe(load(model_dir, kind, "cpu"), kind)
@@ -138,7 +140,7 @@ def test_example_script_speaker_labels(tmp_path, capsys, dml_device, profile):
     assert "speaker per sentence: [" in out and f"within the '{profile}' profile" in out
 
 
-@pytest.mark.parametrize("kind", ["sensevoice", "paraformer-streaming"])
+@pytest.mark.parametrize("kind", ["sensevoice", "paraformer-streaming", "nano"])
 def test_example_script_random_kind(kind, tmp_path, capsys, dml_device, profile):
     try:
         status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",

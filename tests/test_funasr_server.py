@@ -83,3 +83,31 @@ def test_server_on_emulated_device_under_load_and_bad_uploads(model_dir, tmp_pat
     assert "soundfile.LibsndfileError" in log              # why the undecodable ones failed
     report = log[log.index("dmlshim report"):]
     assert re.search(r"_VF\.lstm\s+\d+\s+cpu=", report) and "drop-empty" in report
+
+
+@pytest.fixture(scope="module")
+def nano_dir(tmp_path_factory):
+    """The tiny random Fun-ASR-Nano (SenseVoice encoder + Qwen3) with ``ncpu: 1``."""
+    src = funasr_models.build("nano", cache_dir=tmp_path_factory.mktemp("funasr_server_nano"))
+    dst = tmp_path_factory.mktemp("server_nano") / src.name
+    shutil.copytree(src, dst)              # its LLM paths stay absolute, into src
+    config = yaml.safe_load((dst / "config.yaml").read_text(encoding="utf-8"))
+    (dst / "config.yaml").write_text(yaml.safe_dump(dict(config, ncpu=1), allow_unicode=True),
+                                     encoding="utf-8")
+    return dst
+
+
+def test_fun_asr_nano_serves_the_cpu_transcripts(nano_dir, tmp_path):
+    """``dmlshim run --device emulated funasr-server --model fun-asr-nano --model-path DIR
+    --device privateuseone:0``: the openai client gets the CPU's text (issue 20). Raw,
+    the Qwen3 decode fails on the device (tests/test_funasr_families.py)."""
+    good = samples()
+    expected = cpu_transcripts(nano_dir, good, tmp_path)
+    with Server("emulated", nano_dir, report=True, model="fun-asr-nano") as server:
+        health = server.health()
+        assert health["device"] == "privateuseone:0" and health["models_loaded"] == ["custom"]
+        client = server.client(max_retries=0)
+        texts = {name: transcribe(client, data, name) for name, data in good.items()}
+    assert texts == expected and all(texts.values()), (texts, expected)
+    log = server.log_tail(20000)
+    assert re.search(r"torch\.cat\s+\d+\s+drop-empty=", log[log.index("dmlshim report"):])

@@ -68,7 +68,8 @@ def test_without_shim_complex_and_bf16_abort(dml_device, name):
         CREATORS[name](_audio().to(dml_device))
 
 
-@pytest.mark.parametrize("name", list(CREATORS))
+# x.bfloat16() on the device follows DMLSHIM_BF16 (float32 there by default): tests/test_bf16.py
+@pytest.mark.parametrize("name", [n for n in CREATORS if n != "bfloat16"])
 def test_creators_make_islands_equal_to_the_cpu(shim, dml_device, name, profile):
     x = _audio()
     expected = CREATORS[name](x)

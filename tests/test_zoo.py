@@ -8,7 +8,7 @@ def test_zoo_table_rows_and_markdown(tmp_path, capsys, dml_device, profile):
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\n{zoo.BEGIN}\nold table\n{zoo.END}\n\nafter\n", encoding="utf-8")
     try:
-        status = zoo.main(["--only", "SenseVoice", "Whisper", "--markdown", str(readme),
+        status = zoo.main(["--only", "SenseVoice", "Whisper", "Nano", "--markdown", str(readme),
                            "--cache-dir", str(tmp_path)])
     finally:
         dmlshim.deactivate()
@@ -18,7 +18,7 @@ def test_zoo_table_rows_and_markdown(tmp_path, capsys, dml_device, profile):
     assert "old table" not in text and text.startswith("# title") and text.endswith("after\n")
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert rows[0] == "| " + " | ".join(zoo.HEADER) + " |"
-    sensevoice, whisper = rows[1].split(" | "), rows[2].split(" | ")
+    sensevoice, whisper, nano = (row.split(" | ") for row in rows[1:4])
     # SenseVoice: fails raw (a CPU mask indexing a device tensor), the dispatcher net
     # moves the mask to the device, and the transcripts equal the CPU's within the profile
     assert sensevoice[0] == "| SenseVoiceSmall"
@@ -30,4 +30,9 @@ def test_zoo_table_rows_and_markdown(tmp_path, capsys, dml_device, profile):
     # transcripts equal the CPU's
     assert whisper[1].startswith("`NotImplementedError: ") and "SparsePrivateUse1" in whisper[1]
     assert "`Tensor.to` island=" in whisper[2] and "0 token edit(s)" in whisper[3]
+    # Fun-ASR-Nano: transformers' Qwen3 decode concatenates onto an empty KV cache, which
+    # DirectML rejects; the shim drops the empty input and stays on the device
+    assert nano[0] == "| Fun-ASR-Nano (SenseVoice encoder + Qwen3, transformers)"
+    assert nano[1].startswith("`RuntimeError: The parameter is incorrect")
+    assert "`torch.cat` drop-empty=" in nano[2] and "0 token edit(s)" in nano[3]
     assert f"parity profile '{profile}'" in text

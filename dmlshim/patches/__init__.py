@@ -79,6 +79,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("gfpgan", "GFPGANer device default; StyleGAN2 noise from the CPU generator (no device "
                     "Generator, failure_modes.md #35); log the RuntimeError GFPGANer.enhance swallows",
           imports=("gfpgan",)),
+    Patch("funasr", "funasr's CTC prefix scorer (CTCPrefixScoreTH) takes every non-CUDA tensor for a "
+                    "CPU tensor: device mismatch on DirectML with decoding_ctc_weight > 0 (issue 20)",
+          imports=("funasr",)),
     # Last of the eager patches: it leaves alone what the core patches' intercept
     # wrappers already guard (they run its retry inline) and wraps the rest.
     Patch("auto", "any torch call DirectML fails (RuntimeError/NotImplementedError, localized "

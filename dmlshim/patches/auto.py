@@ -38,7 +38,9 @@ _SPECIAL = islands.SPECIAL    # a dtype= among these may make a CPU island (patc
 # Left alone: device transfers (a CPU retry would move the result back to the
 # device), metadata that DirectML cannot fail, torch's own dispatch helpers
 # (has_torch_function*, _parse_to used by Module.to), autograd plumbing, and the
-# Python object protocol.
+# Python object protocol. __getitem__ too: a Python __getitem__ on torch.Tensor fills the
+# type's sequence slot, and torch.tensor([zero_dim_tensor]) then calls len() and raises
+# TypeError (funasr's beam search: paraformer/search.py append_token), CPU included.
 _SKIP = frozenset("""
     _add_docstr has_torch_function has_torch_function_unary has_torch_function_variadic
     _parse_to is_conj is_neg is_same_size is_vulkan_available is_distributed
@@ -52,6 +54,7 @@ _SKIP = frozenset("""
     __contains__ __bool__ __nonzero__ __int__ __long__ __float__ __complex__ __index__
     __array__ __array_wrap__ __dlpack__ __dlpack_device__ __reduce__ __reduce_ex__
     __setstate__ __getstate__ __deepcopy__ __copy__ __dir__ __sizeof__ __getattribute__
+    __getitem__
     __getattr__ __setattr__ __delattr__ __class__ __init_subclass__ __subclasshook__
     __torch_function__ __torch_dispatch__ __eq__ __ne__
 """.split())

@@ -6,7 +6,11 @@ counts only where ``devices.has_float64_support(device)`` is False.  This patch 
 the entry points that *create* such values from device tensors (complex-making ops,
 casts, ``dtype=`` arguments, sparse tensors: #30) and runs them under the CPU-island
 rule (``dmlshim.islands``).  ``Tensor.to(device)`` of float64 gives float32 with one
-warning; a bfloat16/complex ``Parameter`` moved to the device raises ``TypeError``.
+warning; a complex ``Parameter`` moved to the device raises ``TypeError``.
+
+bfloat16 follows ``DMLSHIM_BF16`` (docs/fun-asr-nano.md): ``float32`` (default) or
+``float16`` casts every bf16 value bound for the device to that dtype there (one warning);
+``cpu`` keeps bf16 as a CPU island.
 
 The full list of creators and transfer rules: docs/internals.md ("dtypes and islands")."""
 from __future__ import annotations
@@ -40,6 +44,29 @@ def _complex_makers():
 
 
 _warned_float64 = False
+_BF16_AS = {"float32": torch.float32, "float16": torch.float16, "cpu": None}
+_bf16_as = torch.float32        # what bf16 becomes on the target (None: CPU islands)
+_warned_bf16 = False
+
+
+def _held(dtype, device):
+    """The dtype a ``dtype`` value gets on ``device``: bfloat16 -> the DMLSHIM_BF16
+    choice on the target device; every other dtype (and policy ``cpu``) unchanged."""
+    if dtype is torch.bfloat16 and _bf16_as is not None and device is not None \
+            and device.type == _target:
+        _warn_bf16(device)
+        return _bf16_as
+    return dtype
+
+
+def _warn_bf16(device):
+    global _warned_bf16
+    if not _warned_bf16:
+        _warned_bf16 = True
+        name = str(_bf16_as).replace("torch.", "")
+        warnings.warn(f"dmlshim: {device} cannot hold bfloat16 (DirectML#688; failure_modes.md #8): "
+                      f"bfloat16 values there are computed as {name} (DMLSHIM_BF16=float32|float16|"
+                      "cpu; warned once)", RuntimeWarning, stacklevel=6)
 
 
 def _parse_to(args, kwargs):
@@ -99,6 +126,9 @@ def _to_handle(func, args, kwargs):
     device, dtype = _parse_to(args, kwargs)
     home = device if device is not None else (islands.home(self) or self.device)
     dtype = dtype or self.dtype
+    if _held(dtype, home) is not dtype:        # bfloat16 under DMLSHIM_BF16=float32/float16
+        options = {k: kwargs[k] for k in ("memory_format", "non_blocking", "copy") if k in kwargs}
+        return "coerce", func(self, home, _held(dtype, home), **options)
     if islands.holdable(dtype, home) and (self.layout is torch.strided or home.type != "privateuseone"):
         return "pass", func(*args, **kwargs)
     options = {k: kwargs[k] for k in ("memory_format",) if k in kwargs}
@@ -141,12 +171,31 @@ def _creator_handle(makes_special: bool):
     def handle(func, args, kwargs):
         home = fallback.device_of(args, kwargs, _target)
         dtype = _requested_dtype(args[1:] if args else args, kwargs)
+        name = getattr(func, "__name__", "")
+        if name == "bfloat16" and _held(torch.bfloat16, home) is not torch.bfloat16:
+            return "coerce", args[0].to(_bf16_as)
+        if dtype is torch.bfloat16 and name != "view" and _held(dtype, home) is not dtype:
+            return "coerce", func(*_swap_dtype(args, dtype, _bf16_as),
+                                  **_swap_dtype(kwargs, dtype, _bf16_as))
         if makes_special or (dtype is not None and not islands.holdable(dtype, home)):
             if makes_special and not _needs_island(func, home):
                 return "pass", func(*args, **kwargs)
             return "island", _island(func, args, kwargs, home)
         return "pass", func(*args, **kwargs)
     return handle
+
+
+def _swap_dtype(args, old, new):
+    """``args`` (a tuple or kwargs dict) with the dtype ``old`` (or its type name) replaced."""
+    def swap(a):
+        if a is old:
+            return new
+        if isinstance(a, str) and _TYPE_NAMES.get(a[6:]) is old:   # "torch.BFloat16Tensor"
+            return new
+        return a
+    if isinstance(args, dict):
+        return {k: swap(v) for k, v in args.items()}
+    return tuple(swap(a) for a in args)
 
 
 def _needs_island(func, home) -> bool:
@@ -207,6 +256,8 @@ def creates(kwargs: dict, args: tuple, target: str):
 
 def run_creator(func, args, kwargs, home, *, op: str = ""):
     """Run a factory or op asked for ``dtype=`` a special dtype as an island of ``home``."""
+    if _held(kwargs.get("dtype"), home) is not kwargs.get("dtype"):     # bf16 -> DMLSHIM_BF16
+        return func(*args, **dict(kwargs, dtype=_bf16_as))
     if "device" in kwargs:
         kwargs = dict(kwargs, device="cpu")
     return islands.run(func, args, kwargs, home, op=op)
@@ -247,8 +298,13 @@ _target = "privateuseone"
 
 
 def install(ctx: Context) -> None:
-    global _target
+    global _target, _bf16_as, _warned_bf16
+    import dmlshim                             # activate() set its settings before installing
+
     _target = ctx.target
+    settings = dmlshim.settings()
+    _bf16_as = _BF16_AS[settings.bf16 if settings is not None else "float32"]
+    _warned_bf16 = False                       # one warning per activation
     _patches.intercept(ctx, torch.Tensor, "to", _to_handle, select=_to_select(ctx))
     dtype_select = _dtype_select(ctx)
     for name in _DTYPE_OPS:
