@@ -14,6 +14,8 @@ Variables
 ``DMLSHIM_DEVICE``    ``auto`` (default) | ``directml`` | ``cuda`` | ``xpu`` | ``mps`` |
                       ``cpu`` (optionally with an index, ``cuda:1``).
                       ``INFERENCE_DEVICE`` is honoured as an alias.
+``DMLSHIM_PROBE``     ``auto`` (default: probe the device, cached) | ``off`` (every fix
+                      on) | ``refresh`` (probe again); see ``dmlshim.probing``.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Mapping, Optional, Union
 FALLBACK_MODES = ("auto", "known", "off")
 DEVICE_KINDS = ("auto", "directml", "dml", "privateuseone", "cuda", "xpu", "mps", "cpu")
 DEFAULT_TARGET = "privateuseone"
+PROBE_MODES = ("auto", "off", "refresh")
 _WORDS = ("true", "false", "yes", "no", "on", "off")
 
 
@@ -38,6 +41,7 @@ class Config:
     trace: Optional[str] = None
     fallback: str = "auto"
     device: str = "auto"
+    probe: str = "auto"
 
 
 def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = "trace") -> Optional[str]:
@@ -74,6 +78,13 @@ def parse_device(value: str, *, name: str = "DMLSHIM_DEVICE") -> str:
     return text
 
 
+def parse_probe(value: str, *, name: str = "DMLSHIM_PROBE") -> str:
+    mode = str(value).strip().lower() or "auto"
+    if mode not in PROBE_MODES:
+        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(PROBE_MODES)}")
+    return mode
+
+
 def device_from_env(environ: Mapping[str, str] = os.environ) -> str:
     """``DMLSHIM_DEVICE``, else its alias ``INFERENCE_DEVICE``, else ``auto``."""
     for name in ("DMLSHIM_DEVICE", "INFERENCE_DEVICE"):
@@ -100,4 +111,6 @@ def from_env(target: Optional[str] = None, *, trace=None, fallback: Optional[str
     if environ.get("DMLSHIM_CODEPAGE", "").strip():      # validated now, used by dmlshim.errors
         from .errors import parse_codepage
         parse_codepage(environ["DMLSHIM_CODEPAGE"])
-    return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ))
+    probe = parse_probe(environ.get("DMLSHIM_PROBE", "auto"))
+    return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ),
+                  probe=probe)

@@ -1,4 +1,5 @@
 """Configuration, per-op records, and the per-call policy of the emulated device."""
+import contextlib
 import dataclasses
 import os
 import sys
@@ -47,7 +48,7 @@ def set_config(new):
 
 def records():
     """``{op name: {"reached", "native", "cpu_fallback", "failed", "quirk"}}`` counts."""
-    return {name: dict(zip(_FIELDS, counts)) for name, counts in sorted(_records.items())}
+    return {name: dict(zip(_FIELDS, counts)) for name, counts in sorted(_records.items()) if counts[0]}
 
 
 def reset_records():
@@ -55,6 +56,21 @@ def reset_records():
     with _lock:
         _records.clear()
         _generation += 1  # cached per-op policies hold the old count lists
+
+
+@contextlib.contextmanager
+def unrecorded():
+    """Calls inside leave the per-op records and the once-per-process fallback warning
+    as they were (dmlshim's probes at ``activate()``)."""
+    global _warned
+    saved, warned = {name: list(counts) for name, counts in _records.items()}, _warned
+    try:
+        yield
+    finally:
+        with _lock:
+            for name, counts in _records.items():         # in place: cached policies hold them
+                counts[:] = saved.get(name, [0] * len(_FIELDS))
+            _warned = warned
 
 
 class _OpPolicy:
