@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backend, gpu_numerics, localized, routing
+from . import _backend, fused_rnn, gpu_numerics, localized, routing
 from .rules import Rule, default_rules
 
 UNKNOWN_OPS = ("native", "cpu_fallback", "error")
@@ -94,7 +94,10 @@ class _OpPolicy:
 
 def _effective_route(name):
     route, reported = routing.lookup(name)
-    if route == routing.UNKNOWN:
+    if name in fused_rnn.OPS:
+        # a default rule fails them (rules.fused_rnn_rules); without it, a healthy device
+        route = routing.DML_KERNEL
+    elif route == routing.UNKNOWN:
         route = {"native": routing.DML_KERNEL, "cpu_fallback": routing.CPU_FALLBACK,
                  "error": routing.NO_CPU_KERNEL}[config.unknown_ops]
     elif route in (routing.COMPOSITE_IMPLICIT, routing.COMPOSITE_EXPLICIT):

@@ -25,14 +25,18 @@ native math on float64           "The GPU device does not support Double..."    
 bf16/complex on the device       :class:`FatalDirectMLError` (process abort;    #8 #9
                                  also any op result of those dtypes, _backend)
 a CPU tensor in a DML kernel     "unbox expects Dml at::Tensor as inputs"       #10
+``_thnn_fused_lstm/gru_cell``    fallback warning, then NotImplementedError     #1 #2
 ===============================  =============================================  ======
+
+``nn.LSTM``/``nn.GRU``: torch routes their cells on a PrivateUse1 tensor to
+``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (in 2.4.1 and 2.13 alike), whose
+route is ``CPU_FALLBACK_NO_CPU_KERNEL``: the fallback warning, then
+``NotImplementedError`` (rows #1, #2, #34).  That is a default rule
+(:func:`fused_rnn_rules`), so ``configure(rules=[])`` emulates a device that has
+the cells (:mod:`.fused_rnn`).
 
 Not rules, because the dispatcher already decides them:
 
-* ``nn.LSTM``/``nn.GRU``: torch routes their cells on a PrivateUse1 tensor to
-  ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (in 2.4.1 and 2.13
-  alike), whose route is ``CPU_FALLBACK_NO_CPU_KERNEL``: the fallback warning,
-  then ``NotImplementedError`` (rows #1, #2, #34).
 * ``nn.RNN`` runs: ATen has no fused tanh/relu RNN cell; ``rnn_tanh`` and
   ``rnn_relu`` decompose to ``linear`` + ``tanh``/``relu`` (all ``DML_KERNEL``
   in the routing table) on every non-cuDNN/MIOpen device, and no public report
@@ -234,6 +238,23 @@ def _cpu_operand(*args, **kwargs):
     return False
 
 
+def _no_fused_kernel(name):
+    def message(*_, **__):
+        _state._warn_fallback(name)              # torch-directml warns, then the CPU has no kernel
+        return str(routing.no_cpu_kernel_error(name))
+    return message
+
+
+def fused_rnn_rules():
+    """LSTM/GRU: torch's fused cells have no DirectML and no CPU kernel (rows #1, #2, #34).
+    One rule per op (the message names it); without them the emulated device computes
+    the cells (:mod:`.fused_rnn`), as a device with those kernels would."""
+    from .fused_rnn import OPS
+    return [Rule(name, error=NotImplementedError, message=_no_fused_kernel(name),
+                 source="failure_modes.md #1, #2, #34; microsoft/DirectML#613, #654, #677")
+            for name in OPS]
+
+
 def default_rules():
     """DirectML's known quirks, one rule each (failure_modes.md rows cited)."""
     return [
@@ -270,4 +291,5 @@ def default_rules():
                      'FAILED at "DMLTensor.cpp":30, please report a bug to PyTorch. unbox '
                      'expects Dml at::Tensor as inputs',
              source="failure_modes.md #10; microsoft/DirectML#442, #397"),
+        *fused_rnn_rules(),
     ]

@@ -1,0 +1,117 @@
+"""What probing costs and what it saves: ``activate()`` cold and warm, FunASR on the CPU.
+
+1. FunASR SeacoParaformer (examples/funasr_models.py, random weights) on the CPU, with
+   no DirectML device present, timed interleaved (benchmarks/timing.py):
+   ``cpu`` (dmlshim inactive), ``cpu+shim`` (``activate()``, probing ``auto``: no device,
+   so no fix is installed) and ``cpu+shim probe=off`` (every fix installed, as before
+   issue 18).  Ratios are to ``cpu``.
+2. ``activate()`` + ``deactivate()`` on the emulated device: ``cold`` (probes run and the
+   verdicts are written to an empty cache: the emulated device seen as a real adapter),
+   ``warm`` (the verdicts read back), ``emulated`` (the emulator's in-process reuse),
+   ``off`` (``DMLSHIM_PROBE=off``, no probing).
+"""
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import timing
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def _probe_env(value):
+    def set_():
+        if value is None:
+            os.environ.pop("DMLSHIM_PROBE", None)
+        else:
+            os.environ["DMLSHIM_PROBE"] = value
+    return set_
+
+
+def funasr_rows(size, repeats, ncpu):
+    import dmlshim
+    from funasr_bench import clips
+    from funasr_models import auto_model, build
+
+    model = auto_model(build("seaco", size=size), "cpu", ncpu)
+    audio = clips((5,))["5s"]
+    run = lambda: model.generate(audio)                               # noqa: E731
+
+    def shim(probe):
+        def setup():
+            dmlshim.deactivate()
+            _probe_env(probe)()
+            dmlshim.activate()
+        return setup
+
+    timings = timing.measure({"cpu": run, "cpu+shim": run, "cpu+shim probe=off": run},
+                             setup={"cpu": dmlshim.deactivate, "cpu+shim": shim(None),
+                                    "cpu+shim probe=off": shim("off")},
+                             repeats=repeats, warmup=1)
+    dmlshim.deactivate()
+    _probe_env(None)()
+    return timing.rows(f"FunASR {size} 5 s, CPU, no device", timings, baseline="cpu")
+
+
+def activate_rows(repeats):
+    import dmlshim
+    from dmlshim import emulation, probing
+
+    device = emulation.install()
+    cache = tempfile.mkdtemp(prefix="dmlshim-probe-cache-")
+    real, real_dir = probing.target_device, probing.cache_dir
+
+    def as_real(cold):
+        def setup():
+            dmlshim.deactivate()
+            _probe_env(None)()
+            probing.target_device = lambda target: (device, "benchmark adapter", False)
+            probing.cache_dir = lambda: cache
+            if cold:
+                for f in os.listdir(cache):
+                    os.remove(os.path.join(cache, f))
+        return setup
+
+    def plain(probe):
+        def setup():
+            dmlshim.deactivate()
+            probing.target_device = real
+            _probe_env(probe)()
+        return setup
+
+    def once():
+        dmlshim.activate(fallback="auto")
+        dmlshim.deactivate()
+
+    timings = timing.measure({"cold": once, "warm": once, "emulated": once, "off": once},
+                             setup={"cold": as_real(True), "warm": as_real(False),
+                                    "emulated": plain(None), "off": plain("off")},
+                             repeats=repeats, warmup=1)
+    probing.target_device, probing.cache_dir = real, real_dir
+    _probe_env(None)()
+    return timing.rows("activate()+deactivate(), emulated device", timings, baseline="off")
+
+
+def main():
+    parser = timing.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--size", choices=("real", "tiny"), default="real")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    repeats = 2 if args.quick else args.repeats
+    start = time.perf_counter()
+    rows = funasr_rows("tiny" if args.quick else args.size, repeats, args.threads)
+    print(timing.format_table(rows), flush=True)
+    rows += activate_rows(repeats * 3)
+    timing.finish(args, "probe_cost", rows, {"threads": args.threads, "torch": torch.__version__,
+                                             "seconds": time.perf_counter() - start})
+
+
+if __name__ == "__main__":
+    main()
