@@ -77,11 +77,13 @@ def _all(*verdicts: Verdict) -> Verdict:
 
 
 def probe_float_times_bool(device) -> Verdict:
+    """`f32[3] * bool[3]`: dtype and values"""
     x, mask = torch.tensor([1.5, -2.0, 3.0]), torch.tensor([True, False, True])
     return _compare(x.to(device) * mask.to(device), x * mask)
 
 
 def probe_empty_cat(device) -> Verdict:
+    """`cat([f32[2,3], f32[0,3]])`"""
     a, empty = torch.arange(6.0).reshape(2, 3), torch.empty(0, 3)
     return _compare(torch.cat([a.to(device), empty.to(device)]), torch.cat([a, empty]))
 
@@ -98,14 +100,17 @@ def _rnn_probe(cls, device) -> Verdict:
 
 
 def probe_lstm(device) -> Verdict:
+    """`nn.LSTM(3, 4)` on 2 steps, fixed weights"""
     return _rnn_probe(torch.nn.LSTM, device)
 
 
 def probe_gru(device) -> Verdict:
+    """`nn.GRU(3, 4)` on 2 steps, fixed weights"""
     return _rnn_probe(torch.nn.GRU, device)
 
 
 def probe_cpu_index(device) -> Verdict:
+    """`x[cpu_idx]` and `x[cpu_idx] = v` on a device `x`"""
     x, idx = torch.arange(6.0), torch.tensor([0, 2])
     got = x.to(device)
     read = _compare(got[idx], x[idx])
@@ -116,11 +121,13 @@ def probe_cpu_index(device) -> Verdict:
 
 
 def probe_float64(device) -> Verdict:
+    """`f64[2] * 3` on the device"""
     x = torch.tensor([0.5, 2.0], dtype=torch.float64)
     return _compare(x.to(device) * 3, x * 3)
 
 
 def probe_tensor_new(device) -> Verdict:
+    """`x.new([1., 2.])` on a device `x`"""
     x = torch.zeros(1, device=device)
     got = x.new([1.0, 2.0])
     if got.device != x.device:
@@ -171,3 +178,13 @@ CORE: Tuple[Defect, ...] = (
 def all_defects() -> Tuple[Defect, ...]:
     """Every known defect: :data:`CORE` plus the reported rows (``dmlshim.reported``)."""
     return CORE
+
+
+def markdown_table(defects: Tuple[Defect, ...] = None) -> str:
+    """The defect table of docs/defects.md, generated from the entries (tests check it)."""
+    lines = ["| defect | row | what goes wrong | source | probe | fixes |", "|---|---|---|---|---|---|"]
+    for d in defects or all_defects():
+        probe = (d.probe.__doc__ or d.probe.__name__).strip() if d.probe else "static: never probed"
+        lines.append(f"| `{d.name}` | {d.row} | {d.summary} | {d.source} | {probe} | "
+                     + ", ".join(f"`{f}`" for f in d.fixes) + " |")
+    return "\n".join(lines)

@@ -254,3 +254,9 @@ def _equal(got, want):
     if got.dtype != want.dtype or got.shape != want.shape:
         return False
     return torch.allclose(got, want, rtol=0, atol=1e-6) if want.is_floating_point() else torch.equal(got, want)
+
+
+def test_the_docs_table_is_current():
+    from pathlib import Path
+    page = (Path(__file__).resolve().parent.parent / "docs" / "defects.md").read_text(encoding="utf-8")
+    assert defects.markdown_table() in page
