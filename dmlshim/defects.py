@@ -8,6 +8,8 @@ are installed (docs: "What gets fixed").
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
@@ -175,9 +177,14 @@ CORE: Tuple[Defect, ...] = (
 )
 
 
+@functools.lru_cache(maxsize=None)
 def all_defects() -> Tuple[Defect, ...]:
-    """Every known defect: :data:`CORE` plus the reported rows (``dmlshim.reported``)."""
-    return CORE
+    """Every known defect: :data:`CORE`, then ``dmlshim.reported.REPORTED`` when that
+    module exists (the rows #41-#47)."""
+    if importlib.util.find_spec(f"{__package__}.reported") is None:
+        return CORE
+    from .reported import REPORTED
+    return CORE + tuple(REPORTED)
 
 
 def markdown_table(defects: Tuple[Defect, ...] = None) -> str:
