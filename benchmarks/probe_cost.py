@@ -8,7 +8,7 @@
 2. ``activate()`` + ``deactivate()`` on the emulated device: ``cold`` (probes run and the
    verdicts are written to an empty cache: the emulated device seen as a real adapter),
    ``warm`` (the verdicts read back), ``emulated`` (the emulator's in-process reuse),
-   ``off`` (``DMLSHIM_PROBE=off``, no probing).
+   ``off`` (``DMLSHIM_PROBE=off``, no probing); then ``probing.detect()`` alone.
 """
 import os
 import sys
@@ -89,13 +89,27 @@ def activate_rows(repeats):
         dmlshim.activate(fallback="auto")
         dmlshim.deactivate()
 
+    def detect(cold):
+        def run():
+            if cold:
+                probing._memo.clear()
+            probing.detect("privateuseone", "auto")
+        return run
+
     timings = timing.measure({"cold": once, "warm": once, "emulated": once, "off": once},
                              setup={"cold": as_real(True), "warm": as_real(False),
                                     "emulated": plain(None), "off": plain("off")},
                              repeats=repeats, warmup=1)
+    rows = timing.rows("activate()+deactivate(), emulated device", timings, baseline="off")
+    # the probing alone: every probe run (cache written), the cache read back
+    timings = timing.measure({"probes + cache write": detect(False), "cache read": detect(False),
+                              "emulated, probes": detect(True), "emulated, reused": detect(False)},
+                             setup={"probes + cache write": as_real(True), "cache read": as_real(False),
+                                    "emulated, probes": plain(None), "emulated, reused": plain(None)},
+                             repeats=repeats, warmup=1)
     probing.target_device, probing.cache_dir = real, real_dir
     _probe_env(None)()
-    return timing.rows("activate()+deactivate(), emulated device", timings, baseline="off")
+    return rows + timing.rows("probing.detect(), emulated device", timings)
 
 
 def main():
