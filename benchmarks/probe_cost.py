@@ -4,7 +4,7 @@
    no DirectML device present, timed interleaved (benchmarks/timing.py):
    ``cpu`` (dmlshim inactive), ``cpu+shim`` (``activate()``, probing ``auto``: no device,
    so no fix is installed) and ``cpu+shim probe=off`` (every fix installed, as before
-   issue 18).  Ratios are to ``cpu``.
+   issue 18).  Ratios are to ``cpu``.  The same three for one CPU ``torch.mul``.
 2. ``activate()`` + ``deactivate()`` on the emulated device: ``cold`` (probes run and the
    verdicts are written to an empty cache: the emulated device seen as a real adapter),
    ``warm`` (the verdicts read back), ``emulated`` (the emulator's in-process reuse),
@@ -57,6 +57,29 @@ def funasr_rows(size, repeats, ncpu):
     dmlshim.deactivate()
     _probe_env(None)()
     return timing.rows(f"FunASR {size} 5 s, CPU, no device", timings, baseline="cpu")
+
+
+def mul_rows(repeats):
+    """A CPU ``torch.mul`` of 64 floats, no device present: the dispatcher net's price."""
+    import dmlshim
+
+    x, y = torch.rand(64), torch.rand(64)
+    run = lambda: torch.mul(x, y)                                     # noqa: E731
+
+    def shim(probe):
+        def setup():
+            dmlshim.deactivate()
+            _probe_env(probe)()
+            dmlshim.activate()
+        return setup
+
+    timings = timing.measure({"cpu": run, "cpu+shim": run, "cpu+shim probe=off": run},
+                             setup={"cpu": dmlshim.deactivate, "cpu+shim": shim(None),
+                                    "cpu+shim probe=off": shim("off")},
+                             repeats=repeats, warmup=2, number=2000)
+    dmlshim.deactivate()
+    _probe_env(None)()
+    return timing.rows("torch.mul f32[64], CPU, no device", timings, baseline="cpu")
 
 
 def activate_rows(repeats):
@@ -121,6 +144,7 @@ def main():
     repeats = 2 if args.quick else args.repeats
     start = time.perf_counter()
     rows = funasr_rows("tiny" if args.quick else args.size, repeats, args.threads)
+    rows += mul_rows(repeats * 3)
     print(timing.format_table(rows), flush=True)
     rows += activate_rows(repeats * 3)
     timing.finish(args, "probe_cost", rows, {"threads": args.threads, "torch": torch.__version__,
