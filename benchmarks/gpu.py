@@ -82,6 +82,9 @@ class Bench:
         """
         def switch():
             if on and not dmlshim.is_active():
+                # CUDA has none of DirectML's defects: probing would switch every fix
+                # off, and this prices them, so they all go on (DMLSHIM_PROBE=off)
+                os.environ["DMLSHIM_PROBE"] = "off"
                 dmlshim.activate(target=self.target)
                 return True
             if not on and dmlshim.is_active():

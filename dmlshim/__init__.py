@@ -17,6 +17,7 @@ from typing import Optional
 
 from . import config as _config
 from . import patches as _patches
+from . import probing as _probing
 from . import trace as _trace
 from .devices import select_device
 from .trace import report
@@ -39,8 +40,11 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
         fallback: ``"auto"`` (default), ``"known"`` or ``"off"``.  Default:
             ``DMLSHIM_FALLBACK``.
 
-    The environment (``DMLSHIM_TRACE``, ``DMLSHIM_FALLBACK``, ``DMLSHIM_DEVICE`` /
-    ``INFERENCE_DEVICE``) is read now, at call time.  Calling again while active does
+    The target device is probed first (``dmlshim.probing``, ``DMLSHIM_PROBE``): only the
+    fixes of defects it shows, plus the static ones (bf16, complex), are installed;
+    with no device present, none.  The environment (``DMLSHIM_TRACE``,
+    ``DMLSHIM_FALLBACK``, ``DMLSHIM_DEVICE`` / ``INFERENCE_DEVICE``, ``DMLSHIM_PROBE``)
+    is read now, at call time.  Calling again while active does
     nothing (with a warning when the settings differ).
 
     Raises:
@@ -56,8 +60,11 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
                               "Call dmlshim.deactivate() first to change settings.", RuntimeWarning,
                               stacklevel=2)
             return
+        detection = _probing.detect(cfg.target, cfg.probe)
         _trace.start(cfg.trace)
-        _ctx, _cfg = _patches.Context(target=cfg.target, fallback=cfg.fallback), cfg
+        _ctx = _patches.Context(target=cfg.target, fallback=cfg.fallback, fixes=detection.fixes,
+                                gated=_probing.gated(detection.defects))
+        _cfg = cfg
         _patches.install_all(_ctx)
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m dmlshim info | check | run | conformance`` (subcommands register in ``COMMANDS``).
+"""Command line: ``python -m dmlshim info | doctor | check | run | conformance`` (subcommands register in ``COMMANDS``).
 
 Each subcommand is a function ``(args) -> exit code`` plus an ``add_<name>_arguments``
 style setup; add one by writing both and listing it in ``COMMANDS``.
@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import check, conformance, run
+from . import check, conformance, doctor, run
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +21,7 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
 def info(args: argparse.Namespace) -> int:
     """Versions, backends, DirectML adapters with float64 support, patches."""
     import dmlshim
-    from dmlshim import devices, patches
+    from dmlshim import devices, patches, trace
 
     data = devices.info()
     data["dmlshim"] = dmlshim.__version__
@@ -31,6 +32,7 @@ def info(args: argparse.Namespace) -> int:
                                                  "trace": cfg.trace}
     data["registered_patches"] = [{"name": p.name, "doc": p.doc, "imports": list(p.imports)}
                                   for p in patches.REGISTRY]
+    data["defects"] = _detection(cfg).to_dict()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -52,6 +54,7 @@ def info(args: argparse.Namespace) -> int:
               f"trace={st['trace'] or 'off'}): {', '.join(data['installed_patches'])}")
     else:
         print("active         no")
+    print("\n".join(trace.defect_lines(data["defects"])))
     print("patches (registry; installed by dmlshim.activate()):")
     for p in patches.REGISTRY:
         lazy = f" [on import of {', '.join(p.imports)}]" if p.imports else ""
@@ -59,9 +62,21 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _detection(cfg):
+    """The active shim's probe verdicts, else what ``activate()`` would find now."""
+    from dmlshim import config, probing
+
+    if cfg is not None and probing.last() is not None:
+        return probing.last()
+    return probing.detect(config.DEFAULT_TARGET, config.parse_probe(os.environ.get("DMLSHIM_PROBE", "auto")))
+
+
 # name -> (help, add-arguments, run)
 COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "info": ("versions, devices, float64 support, patches", _info_arguments, info),
+    "doctor": ("probe every known DirectML defect on a device, run a short conformance pass, "
+               "write a JSON field report: the first thing to run on a new GPU",
+               doctor.add_arguments, doctor.main),
     "check": ("run a script or MODULE:CALLABLE on the emulated DirectML device; report what "
               "would fail, how dmlshim handles it, and silent CPU fallbacks",
               check.add_arguments, check.main),

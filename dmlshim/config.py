@@ -16,6 +16,8 @@ Variables
                       ``INFERENCE_DEVICE`` is honoured as an alias.
 ``DMLSHIM_BF16``      ``float32`` (default) | ``float16`` | ``cpu``: what a bfloat16 value
                       becomes on DirectML, which cannot hold one (docs/fun-asr-nano.md).
+``DMLSHIM_PROBE``     ``auto`` (default: probe the device, cached) | ``off`` (every fix
+                      on) | ``refresh`` (probe again); see ``dmlshim.probing``.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Mapping, Optional, Union
 FALLBACK_MODES = ("auto", "known", "off")
 DEVICE_KINDS = ("auto", "directml", "dml", "privateuseone", "cuda", "xpu", "mps", "cpu")
 DEFAULT_TARGET = "privateuseone"
+PROBE_MODES = ("auto", "off", "refresh")
 _WORDS = ("true", "false", "yes", "no", "on", "off")
 # bfloat16 on DirectML (failure_modes.md #8): computed as float32 / float16 on the device,
 # or kept on the CPU as an island ("cpu": a bf16 Parameter then cannot move)
@@ -44,6 +47,7 @@ class Config:
     fallback: str = "auto"
     device: str = "auto"
     bf16: str = "float32"
+    probe: str = "auto"
 
 
 def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = "trace") -> Optional[str]:
@@ -88,6 +92,13 @@ def parse_bf16(value: str, *, name: str = "DMLSHIM_BF16") -> str:
     return policy
 
 
+def parse_probe(value: str, *, name: str = "DMLSHIM_PROBE") -> str:
+    mode = str(value).strip().lower() or "auto"
+    if mode not in PROBE_MODES:
+        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(PROBE_MODES)}")
+    return mode
+
+
 def device_from_env(environ: Mapping[str, str] = os.environ) -> str:
     """``DMLSHIM_DEVICE``, else its alias ``INFERENCE_DEVICE``, else ``auto``."""
     for name in ("DMLSHIM_DEVICE", "INFERENCE_DEVICE"):
@@ -115,5 +126,6 @@ def from_env(target: Optional[str] = None, *, trace=None, fallback: Optional[str
         from .errors import parse_codepage
         parse_codepage(environ["DMLSHIM_CODEPAGE"])
     bf16 = parse_bf16(environ.get("DMLSHIM_BF16", "float32") or "float32")
+    probe = parse_probe(environ.get("DMLSHIM_PROBE", "auto"))
     return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ),
-                  bf16=bf16)
+                  bf16=bf16, probe=probe)

@@ -143,6 +143,30 @@ def directml_adapters() -> List[Dict[str, Any]]:
     return adapters
 
 
+_DISPLAY_CLASS = r"SYSTEM\CurrentControlSet\Control\Class\{4d36e968-e325-11ce-bfc1-08002be10318}"
+
+
+def driver_version(adapter: Optional[str]) -> Optional[str]:
+    """The display driver version of the adapter named ``adapter`` (Windows: read from the
+    registry's display-adapter class, ``DriverDesc`` -> ``DriverVersion``); None elsewhere
+    or when not found."""
+    if adapter is None or sys.platform != "win32":
+        return None
+    try:
+        import winreg
+        with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, _DISPLAY_CLASS) as cls:
+            for i in range(winreg.QueryInfoKey(cls)[0]):
+                try:
+                    with winreg.OpenKey(cls, winreg.EnumKey(cls, i)) as sub:
+                        if winreg.QueryValueEx(sub, "DriverDesc")[0].strip() == adapter.strip():
+                            return str(winreg.QueryValueEx(sub, "DriverVersion")[0])
+                except OSError:                    # "Properties" and other subkeys
+                    continue
+    except OSError:
+        return None
+    return None
+
+
 def info() -> Dict[str, Any]:
     """Versions, availability of every backend, DirectML adapters (for ``python -m dmlshim info``)."""
     dml = _torch_directml()

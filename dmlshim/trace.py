@@ -134,18 +134,21 @@ class Report:
     """Snapshot of the per-op stats.  ``str(report)`` is a table; ``rows`` and
     ``caches`` hold the same numbers for programs (seconds, bytes)."""
 
-    def __init__(self, rows: List[dict], caches: Dict[str, dict]):
+    def __init__(self, rows: List[dict], caches: Dict[str, dict], defects: Optional[dict] = None):
         self.rows = rows
         self.caches = caches
+        self.defects = defects            # dmlshim.probing.Detection.to_dict() of activate()
 
     def to_dict(self) -> dict:
-        return {"ops": self.rows, "caches": self.caches}
+        return {"ops": self.rows, "caches": self.caches, "defects": self.defects}
 
     def __str__(self) -> str:
         lines = table_lines(STAT_HEAD, [stat_cells(r) for r in self.rows])
         if not self.rows:
             lines.append("(no intercepted calls on the target device)")
         lines += cache_lines(self.caches)
+        if self.defects is not None:
+            lines += defect_lines(self.defects)
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -159,6 +162,17 @@ def stat_cells(row: dict) -> tuple:
     under ``STAT_HEAD``: ``(op, calls, actions, ms, h2d, d2h)``."""
     return (row["op"], str(row["calls"]), " ".join(f"{k}={v}" for k, v in row["actions"].items()),
             f"{row['seconds'] * 1e3:.2f}", human_bytes(row["h2d"]), human_bytes(row["d2h"]))
+
+
+def defect_lines(detection: dict, indent: str = "") -> List[str]:
+    """The defects table of a ``Detection.to_dict()``: defect, row, status, fixes, figure."""
+    fixes_on = detection["fixes_on"]
+    head = (f"{indent}defects on {detection['device'] or 'no device'} (DMLSHIM_PROBE="
+            f"{detection['mode']}, cache {detection['cache']}, {detection['seconds'] * 1e3:.1f} ms):")
+    rows = [(d["name"], d["row"], d["status"],
+             " ".join(f if fixes_on is None or f in fixes_on else f"({f})" for f in d["fixes"]),
+             d["figure"][:60]) for d in detection["defects"]]
+    return [head] + table_lines(("defect", "row", "status", "fixes ((off))", "figure"), rows, indent + "  ")
 
 
 def cache_lines(caches: Dict[str, dict], indent: str = "") -> List[str]:
@@ -192,7 +206,9 @@ def report() -> Report:
     for name, sizer in list(_caches.items()):
         tensors, size = sizer()
         caches[name] = {"tensors": tensors, "bytes": size}
-    return Report(rows, caches)
+    from . import probing                  # imported here: probing imports the devices layer
+    detection = probing.last()
+    return Report(rows, caches, None if detection is None else detection.to_dict())
 
 
 def reset() -> None:

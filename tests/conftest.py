@@ -114,3 +114,11 @@ _sys.path.insert(0, str(_Path(__file__).resolve().parents[1] / "examples"))
 import torchvision_ops  # noqa: E402
 
 torchvision_ops.apply()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _directml_present(dml_device):
+    """A DirectML device exists for the whole session, as on a user's machine:
+    ``dmlshim.activate()`` probes it (dmlshim.probing) and, with no device present,
+    would install no fix.  Tests of the no-device case use ``target="cuda"``."""
+    return dml_device

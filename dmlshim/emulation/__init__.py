@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from . import _backend, _state, gpu_numerics, localized
+from . import _backend, _state, fused_rnn, gpu_numerics, localized
 from .routing import route
 from .rules import FatalDirectMLError, Rule, default_rules
 
@@ -63,6 +63,7 @@ def install() -> torch.device:
     with _lock:
         if not _installed:
             _backend.register(_state.policy)
+            fused_rnn.register()
             _installed = True
             if os.environ.get("DMLSHIM_EMULATION_NUMERICS"):
                 _state.set_config(dataclasses.replace(_state.config, numerics=_numerics(None)))

@@ -1,4 +1,5 @@
 """Configuration, per-op records, and the per-call policy of the emulated device."""
+import contextlib
 import dataclasses
 import os
 import sys
@@ -8,7 +9,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backend, gpu_numerics, localized, routing, rules
+from . import _backend, fused_rnn, gpu_numerics, localized, routing, rules
 from .rules import Rule, default_rules
 
 UNKNOWN_OPS = ("native", "cpu_fallback", "error")
@@ -48,7 +49,7 @@ def set_config(new):
 
 def records():
     """``{op name: {"reached", "native", "cpu_fallback", "failed", "quirk"}}`` counts."""
-    return {name: dict(zip(_FIELDS, counts)) for name, counts in sorted(_records.items())}
+    return {name: dict(zip(_FIELDS, counts)) for name, counts in sorted(_records.items()) if counts[0]}
 
 
 def reset_records():
@@ -56,6 +57,21 @@ def reset_records():
     with _lock:
         _records.clear()
         _generation += 1  # cached per-op policies hold the old count lists
+
+
+@contextlib.contextmanager
+def unrecorded():
+    """Calls inside leave the per-op records and the once-per-process fallback warning
+    as they were (dmlshim's probes at ``activate()``)."""
+    global _warned
+    saved, warned = {name: list(counts) for name, counts in _records.items()}, _warned
+    try:
+        yield
+    finally:
+        with _lock:
+            for name, counts in _records.items():         # in place: cached policies hold them
+                counts[:] = saved.get(name, [0] * len(_FIELDS))
+            _warned = warned
 
 
 class _OpPolicy:
@@ -79,7 +95,10 @@ class _OpPolicy:
 
 def _effective_route(name):
     route, reported = routing.lookup(name)
-    if route == routing.UNKNOWN:
+    if name in fused_rnn.OPS:
+        # a default rule fails them (rules.fused_rnn_rules); without it, a healthy device
+        route = routing.DML_KERNEL
+    elif route == routing.UNKNOWN:
         route = {"native": routing.DML_KERNEL, "cpu_fallback": routing.CPU_FALLBACK,
                  "error": routing.NO_CPU_KERNEL}[config.unknown_ops]
     elif route in (routing.COMPOSITE_IMPLICIT, routing.COMPOSITE_EXPLICIT):

@@ -202,6 +202,23 @@ def _cpu_operand(*args, **kwargs):
     return False
 
 
+def _no_fused_kernel(name):
+    def message(*_, **__):
+        _state._warn_fallback(name)              # torch-directml warns, then the CPU has no kernel
+        return str(routing.no_cpu_kernel_error(name))
+    return message
+
+
+def fused_rnn_rules():
+    """LSTM/GRU: torch's fused cells have no DirectML and no CPU kernel (rows #1, #2, #34).
+    One rule per op (the message names it); without them the emulated device computes
+    the cells (:mod:`.fused_rnn`), as a device with those kernels would."""
+    from .fused_rnn import OPS
+    return [Rule(name, error=NotImplementedError, message=_no_fused_kernel(name),
+                 source="failure_modes.md #1, #2, #34; microsoft/DirectML#613, #654, #677")
+            for name in OPS]
+
+
 def default_rules():
     """DirectML's known quirks, one rule each (failure_modes.md rows cited)."""
     return [
@@ -238,4 +255,5 @@ def default_rules():
                      'FAILED at "DMLTensor.cpp":30, please report a bug to PyTorch. unbox '
                      'expects Dml at::Tensor as inputs',
              source="failure_modes.md #10; microsoft/DirectML#442, #397"),
+        *fused_rnn_rules(),
     ]

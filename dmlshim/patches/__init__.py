@@ -105,9 +105,10 @@ def _install(patch: Patch, ctx: Context) -> None:
 
 
 def install_all(ctx: Context) -> None:
-    """Install every registered patch for ``ctx.fallback`` (lazy ones on import)."""
+    """Install every registered patch for ``ctx.fallback`` (lazy ones on import) whose
+    fix is on (``ctx.enabled``: probed defects, dmlshim.probing)."""
     for patch in REGISTRY:
-        if ctx.fallback not in patch.modes:
+        if ctx.fallback not in patch.modes or not ctx.enabled(patch.name):
             continue
         if not patch.imports:
             _install(patch, ctx)

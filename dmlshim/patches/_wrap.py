@@ -22,7 +22,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 import torch
 import wrapt
@@ -55,6 +55,13 @@ class Context:
     target: str = "privateuseone"
     fallback: str = "auto"
     active: bool = True
+    fixes: Optional[FrozenSet[str]] = None     # the fixes switched on; None = all (dmlshim.probing)
+    gated: FrozenSet[str] = frozenset()        # the fixes some defect enables
+
+    def enabled(self, fix: str) -> bool:
+        """Is ``fix`` (a registry patch name, ``"dispatcher:mul"`` ...) on?  A fix named
+        by no defect always is."""
+        return self.fixes is None or fix not in self.gated or fix in self.fixes
 
     def on_target(self, x: Any) -> bool:
         """Is ``x`` a tensor on the target device?  (``is_cpu`` first: 5x cheaper.)"""

@@ -196,6 +196,29 @@ def _composite_kernel(op, needs, target: str, name: str):
     return kernel
 
 
+# The fix each entry belongs to, by aten name: ``dmlshim.defects`` names it
+# ``"dispatcher:<gate>"``, and an entry is registered only while that fix is on, so a
+# device without the defect (or no device) pays no Python kernel on CPU calls.  An
+# entry whose gate no defect names is always registered.
+GATES: Dict[str, str] = {
+    "mul": "mul", "mul_": "mul", "index": "index", "_index_put_impl_": "index", "cat": "cat",
+    "_to_copy": "_to_copy", "_scaled_mm_v2": "bfloat16",
+    **{n: "complex" for n in ("_fft_r2c", "_fft_c2c", "_fft_c2r", "complex", "polar", "linalg_eig",
+                              "_linalg_eigvals", "view_as_complex", "fft_irfft", "fft_irfft2",
+                              "fft_irfftn", "fft_hfft", "fft_hfft2", "fft_hfftn")},
+    **{n: "float64" for n in ("full", "linalg_pinv", "pinverse", "linalg_matrix_rank",
+                              "float_power", "softmax", "log_softmax")},
+    **{n: "sparse" for n in ("_to_sparse", "_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr",
+                             "_to_sparse_bsc")},
+}
+
+
+def gate(op) -> str:
+    """``"dispatcher:<gate>"`` of an aten overload (``aten.mul.Tensor`` -> ``"dispatcher:mul"``)."""
+    base = op.name().split("::", 1)[1].split(".", 1)[0]
+    return "dispatcher:" + GATES.get(base, base)
+
+
 # ops whose island arguments decide where their results go (the exit of irfft/hfft)
 _FROM_ISLANDS = {_aten._fft_c2r.default}
 # ops with a BackendSelect kernel of torch's own, which ours stands in for while active
@@ -321,10 +344,11 @@ def install(ctx: Context) -> None:
     if _library is not None or backend is None:
         return
     library = torch.library.Library("aten", "IMPL")
-    for op, fix in FIXES.items():
+    on = lambda op: ctx.enabled(gate(op))               # noqa: E731
+    for op, fix in filter(lambda item: on(item[0]), FIXES.items()):
         name = op.name()                               # "aten::mul.Tensor"
         library.impl(name.split("::", 1)[1], _kernel(op, fix, backend, name), KEY, with_keyset=True)
-    for op, makes in ISLANDS.items():
+    for op, makes in filter(lambda item: on(item[0]), ISLANDS.items()):
         name = op.name()
         with warnings.catch_warnings():
             # torch has BackendSelect kernels of its own for _to_copy and full; ours
@@ -336,7 +360,7 @@ def install(ctx: Context) -> None:
                 library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
                              "Autograd" + backend.name, with_keyset=True)
     # composites at both keys (COMPOSITES); torch-directml has no kernel of these ops there
-    for op, needs in _composite_overloads():
+    for op, needs in filter(lambda item: on(item[0]), _composite_overloads()):
         name = op.name()
         kernel = _composite_kernel(op, needs, ctx.target, name)
         for key in ("Autograd" + backend.name, backend.name):
