@@ -24,7 +24,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
-from . import devices
+from . import devices, trace
 from .defects import Defect, Verdict, all_defects
 
 TIMEOUT = 10.0                         # seconds per probe; a hung call counts as broken
@@ -72,6 +72,9 @@ _last: Optional[Detection] = None
 def last() -> Optional[Detection]:
     """The :class:`Detection` of the latest ``activate()``, or None."""
     return _last
+
+
+trace.last_detection = last             # report() lists the defects (trace sits below us)
 
 
 def gated(defects=None) -> FrozenSet[str]:

@@ -206,9 +206,13 @@ def report() -> Report:
     for name, sizer in list(_caches.items()):
         tensors, size = sizer()
         caches[name] = {"tensors": tensors, "bytes": size}
-    from . import probing                  # imported here: probing imports the devices layer
-    detection = probing.last()
+    detection = last_detection()
     return Report(rows, caches, None if detection is None else detection.to_dict())
+
+
+# () -> the last probing.Detection or None; dmlshim.probing installs its own on import
+# (it sits above this module: importing it here would close an import cycle).
+last_detection: Callable[[], object] = lambda: None
 
 
 def reset() -> None:

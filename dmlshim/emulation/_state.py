@@ -156,6 +156,9 @@ def _warn_fallback(name):
     warnings.warn(routing.fallback_warning(name), UserWarning, stacklevel=_caller_level())
 
 
+rules.warn_fallback = _warn_fallback
+
+
 def _caller_level():
     # Attribute the warning to the first frame outside the emulator.
     level, frame = 1, sys._getframe(1)

@@ -22,6 +22,8 @@ from . import routing
 # Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
 # the device's configuration, passes it down: rules stays below _state (no cycle).
 float64_supported = False
+# torch-directml's once-per-process fallback warning; _state passes its own down.
+warn_fallback: Callable[[str], None] = lambda name: None
 
 Tensor = torch.Tensor
 
@@ -204,7 +206,7 @@ def _cpu_operand(*args, **kwargs):
 
 def _no_fused_kernel(name):
     def message(*_, **__):
-        _state._warn_fallback(name)              # torch-directml warns, then the CPU has no kernel
+        warn_fallback(name)                      # torch-directml warns, then the CPU has no kernel
         return str(routing.no_cpu_kernel_error(name))
     return message
 
