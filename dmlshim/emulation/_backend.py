@@ -367,8 +367,11 @@ class _DeviceModule:
         return [torch.float16]
 
     @staticmethod
-    def device(device):
-        # Used by torch.load(map_location=dev) and Storage.to(dev); one device.
+    def device(device_id=None):
+        # Used by torch.load(map_location=dev) and Storage.to(dev) with a torch.device;
+        # torch_directml's takes an int index (rule "privateuseone.device", #46).
+        from . import _state  # _state imports this module
+        _state.python_call("privateuseone.device", (device_id,))
         return contextlib.nullcontext()
 
 
