@@ -6,11 +6,14 @@ is reached (Python, C++ composites, TorchScript, ``backward()``, ``inference_mod
 thread).  A call with a tensor on the target device goes to ``fix(op, keyset, args,
 kwargs)``, which returns None (nothing to fix), ``(args, kwargs)`` to redispatch to the
 device's kernel, or ``dispatcher.Done(result)`` (``below(keyset)`` is the key set that
-reaches the device's kernel); every other call, and the shim's own work
-(``fallback.busy()``: probes see the raw device), is redispatched unchanged.
+reaches the device's kernel); every other call, the shim's own work (``fallback.busy()``)
+and every call made while :func:`standing_aside` (probes: they must see the raw device,
+``backward()`` included, which runs on autograd's device thread) is redispatched unchanged.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from typing import Callable, Dict, Optional
 
@@ -27,6 +30,29 @@ def below(keyset):
     return keyset & _BELOW
 
 
+_aside = 0                  # > 0 while a probe runs: fixes stand aside on every thread
+_aside_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def standing_aside():
+    """The reported-defect fixes pass every call through, on every thread, for the block
+    (a probe's milliseconds: ``dmlshim.reported``)."""
+    global _aside
+    with _aside_lock:
+        _aside += 1
+    try:
+        yield
+    finally:
+        with _aside_lock:
+            _aside -= 1
+
+
+def aside() -> bool:
+    """Whether the fixes stand aside now (a probe, or the shim's own work)."""
+    return _aside > 0 or fallback.busy()
+
+
 def on_cpu(op, args, kwargs) -> Done:
     """The call run on the CPU, its results back on the device (always right)."""
     name = op.name()
@@ -35,10 +61,10 @@ def on_cpu(op, args, kwargs) -> Done:
 
 
 def _kernel(op, fix: Fix, backend):
-    name, busy = op.name(), fallback.busy
+    name = op.name()
 
     def kernel(keyset, *args, **kwargs):
-        if keyset.has(backend) and not busy():
+        if keyset.has(backend) and not aside():
             start = time.perf_counter()
             fixed = fix(op, keyset, args, kwargs)
             if isinstance(fixed, Done):

@@ -15,6 +15,7 @@ import functools
 
 import torch
 
+from ._select import aside
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -41,7 +42,7 @@ def install(ctx: Context) -> None:
 
         @functools.wraps(func)
         def device(device_id=None, *args, **kwargs):
-            if ctx.active:
+            if ctx.active and not aside():     # probes see the raw device
                 device_id = to_index(device_id)
             return func(device_id, *args, **kwargs)
         return device
