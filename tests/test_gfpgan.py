@@ -146,6 +146,36 @@ def test_noise_size_matches_styleconv(gfpgan_lib):
             assert noise_size(conv, x) == tuple(out.shape[-2:]), (arch.__name__, mode)
 
 
+# ------------------------------------------------------------------ inference_mode (#41)
+
+def _forward_in_inference_mode(model, x):
+    torch.manual_seed(1)
+    with torch.inference_mode():
+        image, rgbs = model(x, return_rgb=True)
+    return [t.cpu() for t in (image, *rgbs)]
+
+
+@pytest.mark.emulated_only
+def test_inference_mode_fails_without_the_shim(dml_device, gfpgan_lib):
+    """sdnext#3464's face restore: a model moved to DirectML, called inside
+    inference_mode: 'Cannot set version_counter for inference tensor' (DirectML#602)."""
+    model = small_gfpgan().to(dml_device)
+    with pytest.raises(RuntimeError, match="Cannot set version_counter for inference tensor"):
+        _forward_in_inference_mode(model, torch.randn(1, 3, 64, 64).to(dml_device))
+
+
+def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, profile):
+    """With dmlshim, inside inference_mode it runs on the device (no CPU retry of a failed
+    call) and equals the CPU."""
+    from dmlshim.patches import auto
+
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    ref = _forward_in_inference_mode(small_gfpgan(), x)
+    got = _forward_in_inference_mode(small_gfpgan().to(dml_device), x.to(dml_device))
+    assert_all_equal(got, ref, profile)
+    assert "version_counter" not in str(auto.failures())
+
+
 # ------------------------------------------------------------------ the whole pipeline
 
 @pytest.fixture(scope="module")
