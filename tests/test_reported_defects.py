@@ -266,3 +266,13 @@ def test_deactivate_removes_the_fixes(rules, dml_device):
     dmlshim.deactivate()
     _fails_or_differs(_realesrgan_x2_pad, dml_device)
     _fails_or_differs(_load_state_dict, dml_device)
+
+
+def test_pad_gradient_equals_cpu(fixed, dml_device):
+    """The backward of an unequal reflect pad goes through the CPU too."""
+    def grad(device):
+        x = torch.arange(12.0).view(1, 1, 3, 4).to(device).requires_grad_()
+        (F.pad(x, (0, 1, 0, 0), "reflect") * torch.arange(15.0).view(1, 1, 3, 5).to(device)).sum().backward()
+        return x.grad
+    assert torch.equal(grad(dml_device).cpu(), grad(CPU))
+    assert _actions()["aten::reflection_pad2d_backward"] == {"cpu": 1}

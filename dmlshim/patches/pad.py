@@ -17,7 +17,7 @@ _aten = torch.ops.aten
 
 
 def _pairs_differ(op, keyset, args, kwargs):
-    padding = args[2] if op.name().endswith("_backward") else args[1]
+    padding = args[2] if "_backward" in op.name() else args[1]
     if len(padding) == 4 and (padding[0], padding[1]) != (padding[2], padding[3]):
         return _select.on_cpu(op, args, kwargs)
     return None
