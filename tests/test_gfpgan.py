@@ -189,19 +189,34 @@ def enhance(restorer, image, seed=0, **kwargs):
     return restorer.enhance(image, **kwargs)
 
 
-def test_enhance_detect_align_restore_paste_equals_cpu(restorers, dml_device, default_shim, profile):
+@pytest.fixture
+def realesrgan_background(restorers, dml_device, tmp_path):
+    """Both restorers with inference_gfpgan.py's Real-ESRGAN x2 background (small, untiled)."""
+    for restorer, device in zip(restorers, (dml_device, "cpu")):
+        restorer.bg_upsampler = gfpgan_models.background_upsampler(device, half=False, folder=tmp_path, tile=0)
+    yield [r.bg_upsampler for r in restorers]
+    for restorer in restorers:
+        restorer.bg_upsampler = None
+
+
+def test_enhance_detect_align_restore_paste_equals_cpu(restorers, realesrgan_background, dml_device,
+                                                       default_shim, profile):
+    """The whole pipeline with the Real-ESRGAN background, on an odd-width image (x2 pads
+    it with reflect: failure_modes.md #42), inside torch.inference_mode() (#41)."""
     import cv2
 
-    image = cv2.imread(str(PHOTO))
+    image = cv2.imread(str(PHOTO))[:, 1:].copy()                  # 512 x 511
     device_restorer, cpu_restorer = restorers
     for model in (device_restorer.gfpgan, device_restorer.face_helper.face_det,
                   device_restorer.face_helper.face_parse):
         assert next(model.parameters()).device.type == dml_device.type
-    cropped, restored, pasted = enhance(device_restorer, image)
-    cpu_cropped, cpu_restored, cpu_pasted = enhance(cpu_restorer, image)
+    with torch.inference_mode():
+        cropped, restored, pasted = enhance(device_restorer, image)
+        cpu_cropped, cpu_restored, cpu_pasted = enhance(cpu_restorer, image)
 
+    assert [bg.mod_pad_w for bg in realesrgan_background] == [1, 1]   # the odd width was padded
     assert len(cropped) == len(cpu_cropped) == 1                 # the detector found the face
-    assert cropped[0].shape == (512, 512, 3) and pasted.shape == (512, 512, 3)
+    assert cropped[0].shape == (512, 512, 3) and pasted.shape == cpu_pasted.shape
     assert not np.array_equal(restored[0], cropped[0])          # restoration ran (not swallowed)
     for a, b in [*zip(cropped, cpu_cropped), *zip(restored, cpu_restored), (pasted, cpu_pasted)]:
         figures = parity.compare_images(a, b)
