@@ -8,8 +8,6 @@ are installed (docs: "What gets fixed").
 """
 from __future__ import annotations
 
-import functools
-import importlib.util
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
@@ -186,23 +184,3 @@ CORE: Tuple[Defect, ...] = (
            "no sparse kernels on DirectML (Whisper's sparse alignment_heads buffer)",
            None, ("dtypes", "dispatcher:sparse")),
 )
-
-
-@functools.lru_cache(maxsize=None)
-def all_defects() -> Tuple[Defect, ...]:
-    """Every known defect: :data:`CORE`, then ``dmlshim.reported.REPORTED`` when that
-    module exists (the rows #41-#47)."""
-    if importlib.util.find_spec(f"{__package__}.reported") is None:
-        return CORE
-    from .reported import REPORTED
-    return CORE + tuple(REPORTED)
-
-
-def markdown_table(defects: Tuple[Defect, ...] = None) -> str:
-    """The defect table of docs/defects.md, generated from the entries (tests check it)."""
-    lines = ["| defect | row | what goes wrong | source | probe | fixes |", "|---|---|---|---|---|---|"]
-    for d in defects or all_defects():
-        probe = (d.probe.__doc__ or d.probe.__name__).strip() if d.probe else "static: never probed"
-        lines.append(f"| `{d.name}` | {d.row} | {d.summary} | {d.source} | {probe} | "
-                     + ", ".join(f"`{f}`" for f in d.fixes) + " |")
-    return "\n".join(lines)

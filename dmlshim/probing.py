@@ -11,6 +11,7 @@ Docs: docs/defects.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import dataclasses
 import hashlib
 import json
@@ -25,7 +26,25 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 import torch
 
 from . import devices, trace
-from .defects import Defect, Verdict, all_defects
+from .defects import CORE, Defect, Verdict
+from .reported import REPORTED
+
+
+@functools.lru_cache(maxsize=None)
+def all_defects() -> Tuple[Defect, ...]:
+    """Every known defect: ``defects.CORE``, then ``reported.REPORTED`` (rows #41-#47)."""
+    return CORE + tuple(REPORTED)
+
+
+def markdown_table(defects: Tuple[Defect, ...] = None) -> str:
+    """The defect table of docs/defects.md, generated from the entries (tests check it)."""
+    lines = ["| defect | row | what goes wrong | source | probe | fixes |", "|---|---|---|---|---|---|"]
+    for d in defects or all_defects():
+        probe = (d.probe.__doc__ or d.probe.__name__).strip() if d.probe else "static: never probed"
+        lines.append(f"| `{d.name}` | {d.row} | {d.summary} | {d.source} | {probe} | "
+                     + ", ".join(f"`{f}`" for f in d.fixes) + " |")
+    return "\n".join(lines)
+
 
 TIMEOUT = 10.0                         # seconds per probe; a hung call counts as broken
 DETECTED, NOT_DETECTED, STATIC, NOT_PROBED = "detected", "not detected", "static", "not probed"

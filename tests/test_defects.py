@@ -269,4 +269,4 @@ def _equal(got, want):
 def test_the_docs_table_is_current():
     from pathlib import Path
     page = (Path(__file__).resolve().parent.parent / "docs" / "defects.md").read_text(encoding="utf-8")
-    assert defects.markdown_table() in page
+    assert probing.markdown_table() in page

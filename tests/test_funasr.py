@@ -192,6 +192,29 @@ def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, def
     assert torch.equal(lens, ref["encoder"][1])
 
 
+@pytest.mark.emulated_only
+def test_inference_mode_fails_without_the_shim(funasr_model_dir, dml_device):
+    """A model loaded to DirectML, called inside torch.inference_mode(): a view of a weight
+    fails (DirectML#602, failure_modes.md #41) before anything else."""
+    model = auto_model(funasr_model_dir("seaco"), dml_device)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="Cannot set version_counter"):
+        transcribe(model, HOTWORDS, audio=[EN_AUDIO])
+
+
+def test_inference_mode_matches_cpu(funasr_model_dir, dml_device, cpu_reference, default_shim, profile):
+    """SeacoParaformer (BiLSTM, empty cat, float x bool, hotwords) inside inference_mode:
+    on the device, no CPU retry of a failed call, as on the CPU."""
+    from dmlshim.patches import auto
+
+    model = auto_model(funasr_model_dir("seaco"), dml_device)
+    with torch.inference_mode():
+        got = transcribe(model, HOTWORDS)
+    for (text, stamps), (ref_text, ref_stamps) in zip(got, cpu_reference("seaco")["text"]):
+        figures = parity.compare_transcripts(text, ref_text, stamps, ref_stamps)
+        assert figures.within(profile), f"{figures}\n  device: {text}\n  cpu:    {ref_text}"
+    assert "version_counter" not in str(auto.failures())
+
+
 def test_report_shows_the_interceptions(funasr_model_dir, dml_device, default_shim):
     """report(): the LSTMs and cat/mul/float64 fixes were intercepted, bytes were moved."""
     transcribe(auto_model(funasr_model_dir("seaco"), dml_device), HOTWORDS)

@@ -146,6 +146,36 @@ def test_noise_size_matches_styleconv(gfpgan_lib):
             assert noise_size(conv, x) == tuple(out.shape[-2:]), (arch.__name__, mode)
 
 
+# ------------------------------------------------------------------ inference_mode (#41)
+
+def _forward_in_inference_mode(model, x):
+    torch.manual_seed(1)
+    with torch.inference_mode():
+        image, rgbs = model(x, return_rgb=True)
+    return [t.cpu() for t in (image, *rgbs)]
+
+
+@pytest.mark.emulated_only
+def test_inference_mode_fails_without_the_shim(dml_device, gfpgan_lib):
+    """sdnext#3464's face restore: a model moved to DirectML, called inside
+    inference_mode: 'Cannot set version_counter for inference tensor' (DirectML#602)."""
+    model = small_gfpgan().to(dml_device)
+    with pytest.raises(RuntimeError, match="Cannot set version_counter for inference tensor"):
+        _forward_in_inference_mode(model, torch.randn(1, 3, 64, 64).to(dml_device))
+
+
+def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, profile):
+    """With dmlshim, inside inference_mode it runs on the device (no CPU retry of a failed
+    call) and equals the CPU."""
+    from dmlshim.patches import auto
+
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    ref = _forward_in_inference_mode(small_gfpgan(), x)
+    got = _forward_in_inference_mode(small_gfpgan().to(dml_device), x.to(dml_device))
+    assert_all_equal(got, ref, profile)
+    assert "version_counter" not in str(auto.failures())
+
+
 # ------------------------------------------------------------------ the whole pipeline
 
 @pytest.fixture(scope="module")
@@ -159,19 +189,34 @@ def enhance(restorer, image, seed=0, **kwargs):
     return restorer.enhance(image, **kwargs)
 
 
-def test_enhance_detect_align_restore_paste_equals_cpu(restorers, dml_device, default_shim, profile):
+@pytest.fixture
+def realesrgan_background(restorers, dml_device, tmp_path):
+    """Both restorers with inference_gfpgan.py's Real-ESRGAN x2 background (small, untiled)."""
+    for restorer, device in zip(restorers, (dml_device, "cpu")):
+        restorer.bg_upsampler = gfpgan_models.background_upsampler(device, half=False, folder=tmp_path, tile=0)
+    yield [r.bg_upsampler for r in restorers]
+    for restorer in restorers:
+        restorer.bg_upsampler = None
+
+
+def test_enhance_detect_align_restore_paste_equals_cpu(restorers, realesrgan_background, dml_device,
+                                                       default_shim, profile):
+    """The whole pipeline with the Real-ESRGAN background, on an odd-width image (x2 pads
+    it with reflect: failure_modes.md #42), inside torch.inference_mode() (#41)."""
     import cv2
 
-    image = cv2.imread(str(PHOTO))
+    image = cv2.imread(str(PHOTO))[:, 1:].copy()                  # 512 x 511
     device_restorer, cpu_restorer = restorers
     for model in (device_restorer.gfpgan, device_restorer.face_helper.face_det,
                   device_restorer.face_helper.face_parse):
         assert next(model.parameters()).device.type == dml_device.type
-    cropped, restored, pasted = enhance(device_restorer, image)
-    cpu_cropped, cpu_restored, cpu_pasted = enhance(cpu_restorer, image)
+    with torch.inference_mode():
+        cropped, restored, pasted = enhance(device_restorer, image)
+        cpu_cropped, cpu_restored, cpu_pasted = enhance(cpu_restorer, image)
 
+    assert [bg.mod_pad_w for bg in realesrgan_background] == [1, 1]   # the odd width was padded
     assert len(cropped) == len(cpu_cropped) == 1                 # the detector found the face
-    assert cropped[0].shape == (512, 512, 3) and pasted.shape == (512, 512, 3)
+    assert cropped[0].shape == (512, 512, 3) and pasted.shape == cpu_pasted.shape
     assert not np.array_equal(restored[0], cropped[0])          # restoration ran (not swallowed)
     for a, b in [*zip(cropped, cpu_cropped), *zip(restored, cpu_restored), (pasted, cpu_pasted)]:
         figures = parity.compare_images(a, b)

@@ -57,6 +57,14 @@ def test_realesrgan_tiled_matches_cpu_raw_and_with_the_shim(half, crop, dml_devi
     assert "Tile 9/9" in capsys.readouterr().out
 
 
+@pytest.mark.emulated_only
+def test_realesrgan_odd_width_fails_without_the_shim(crop, dml_device, gfpgan_lib, tmp_path):
+    """x2 pads an odd width with F.pad(img, (0, 1, 0, 0), 'reflect'); DirectML pads the
+    height instead (DirectML#687, failure_modes.md #42), and pixel_unshuffle refuses it."""
+    with pytest.raises(AssertionError):
+        upscale(dml_device, crop[:, :47].copy(), tmp_path, half=False, tile=0)
+
+
 def small_net():
     """RestoreFormer at 64 pixels (GroupNorm needs 32-channel multiples), seed 0."""
     from gfpgan.archs.restoreformer_arch import RestoreFormer

@@ -91,7 +91,8 @@ IMPORT_ORDER = textwrap.dedent("""
     print("RESULT " + json.dumps(out))
 """)
 
-ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "cat", "dtypes", "legacy_new", "auto", "basicsr", "facexlib", "gfpgan"}
+ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "cat", "dtypes", "legacy_new", "auto", "basicsr", "facexlib", "gfpgan",
+               "inference_mode", "pad", "gather", "losses", "layer_norm", "load", "unique"}
 
 
 def _run_order(order, tmp_path):

@@ -18,8 +18,12 @@ import os
 import torch
 
 from . import _compiled, _python_api, routing
-from .rules import FatalDirectMLError, fatal_dtype_message
+from .fatal import FatalDirectMLError, abort_message
 from ..fallback import numbers_as_tensors
+
+# Applies the rules to a Python-level call of the device module; _state, which sits
+# above this module, passes its own down (python_call(name, args) -> None).
+python_call = lambda name, args: None  # noqa: E731
 
 DEVICE_TYPE = "privateuseone"
 DEVICE = torch.device(DEVICE_TYPE, 0)
@@ -89,7 +93,7 @@ def _to_dev(x, originals):
         if not x.is_cpu:
             return x
         if x.dtype in _ABORT_DTYPES:
-            raise FatalDirectMLError(fatal_dtype_message(dtype=x.dtype))
+            raise FatalDirectMLError(abort_message(x.dtype))
         return to_device(x)
     if isinstance(x, (list, tuple)):
         return type(x)([_to_dev(y, originals) for y in x])
@@ -356,8 +360,10 @@ class _DeviceModule:
         return [torch.float16]
 
     @staticmethod
-    def device(device):
-        # Used by torch.load(map_location=dev) and Storage.to(dev); one device.
+    def device(device_id=None):
+        # Used by torch.load(map_location=dev) and Storage.to(dev) with a torch.device;
+        # torch_directml's takes an int index (rule "privateuseone.device", #46).
+        python_call("privateuseone.device", (device_id,))
         return contextlib.nullcontext()
 
 

@@ -129,6 +129,18 @@ def policy(info, args, kwargs):
     raise routing.no_cpu_kernel_error(p.reported)
 
 
+def python_call(name, args):
+    """Apply the rules named ``name`` to a Python-level call of the device module
+    (``"privateuseone.device"``: torch_directml's ``device()``, failure_modes.md #46)."""
+    for rule in config.rules:
+        if isinstance(rule.op, (str, tuple)) and rule.matches_op(None, name, False) \
+                and (rule.when is None or rule.when(*args)):
+            _apply(rule, _records.setdefault(name, [1, 0, 0, 0, 0]), args, {})
+
+
+_backend.python_call = python_call
+
+
 def _apply(rule, counts, args, kwargs):
     if rule.replace is not None:
         counts[_QUIRK] += 1

@@ -17,7 +17,8 @@ from typing import Callable, Optional, Tuple, Union
 
 import torch
 
-from . import routing
+from . import _backend, routing
+from .fatal import FatalDirectMLError, abort_message
 
 # Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
 # the device's configuration, passes it down: rules stays below _state (no cycle).
@@ -26,16 +27,6 @@ float64_supported = False
 warn_fallback: Callable[[str], None] = lambda name: None
 
 Tensor = torch.Tensor
-
-
-class FatalDirectMLError(Exception):
-    """Stands for the process abort of real DirectML (``[F dml_util.cc:118]``).
-
-    Real torch-directml terminates the process on bf16 or complex tensors
-    (failure_modes.md #8, #9); nothing can catch that. The emulator raises this
-    instead. It is deliberately *not* a ``RuntimeError``, so no CPU fallback
-    that catches ``RuntimeError`` can pretend to recover from it.
-    """
 
 
 OpSelector = Union[str, Tuple[str, ...], Callable[[torch._ops.OpOverload], bool]]
@@ -158,8 +149,6 @@ def _python_float_scalar(self, other, *_, **__):
 
 _UNSUPPORTED_DTYPES = frozenset([torch.bfloat16, torch.complex32, torch.complex64,
                                  torch.complex128])
-_C10_NAMES = {torch.bfloat16: "BFloat16", torch.complex32: "ComplexHalf",
-              torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
 
 
 def _requested_dtype(*args, **kwargs):
@@ -183,7 +172,7 @@ def fatal_dtype_message(*args, **kwargs):
         inputs = _tensors(args, kwargs)
         dtype = torch.complex128 if inputs and inputs[0].dtype == torch.float64 \
             else torch.complex64
-    return f"[F dml_util.cc:118] Invalid or unsupported data type {_C10_NAMES[dtype]}."
+    return abort_message(dtype)
 
 
 def _takes_dml_tensors_only(op):
@@ -219,6 +208,114 @@ def fused_rnn_rules():
     return [Rule(name, error=NotImplementedError, message=_no_fused_kernel(name),
                  source="failure_modes.md #1, #2, #34; microsoft/DirectML#613, #654, #677")
             for name in OPS]
+
+
+# ------------------------------------------- torch-directml 0.2.5 defects (#41-#47)
+# Silent ones compute their wrong answer on CPU aliases (_backend), so the device's
+# own kernels (and these rules) are not re-entered.
+
+# torch-directml's own view kernels (dml_registered_ops.txt); transpose, expand,
+# slice... reach as_strided.  (alias too, but nothing a model calls reaches it: not
+# modelled, patches/inference_mode.py says why it is not fixed.)
+DML_VIEW_KERNELS = ("view", "as_strided", "_reshape_alias", "_unsafe_view")
+
+
+def _view_of_normal_tensor_in_inference_mode(self, *_, **__):
+    # DirectML builds the view as a new TensorImpl, an inference tensor inside
+    # inference_mode; torch's ADInplaceOrView kernel then gives it the base's version
+    # counter, which an inference tensor refuses (c10 TensorImpl::set_version_counter).
+    return torch.is_inference_mode_enabled() and not self.is_inference()
+
+
+def _pad_pairs_differ(self, padding, *_, **__):
+    return len(padding) == 4 and (padding[0], padding[1]) != (padding[2], padding[3])
+
+
+def _pad_pairs_swapped(self, padding, *args, **kwargs):
+    left, right, top, bottom = padding
+    return _backend.run_on_cpu(torch.ops.aten.reflection_pad2d.default,
+                               (self, [top, bottom, left, right], *args), kwargs)
+
+
+def _strided_input(self, *_, **__):
+    return not self.is_contiguous()
+
+
+def _gather_in_memory_order(self, dim, index, *, sparse_grad=False, out=None):
+    """gather over ``self``'s storage read in order from its offset, as if contiguous;
+    reads past the storage give 0 (D3D12 bounds-checked loads)."""
+    storage = _backend.cpu_alias(self)
+    available = storage.untyped_storage().nbytes() // self.element_size() - self.storage_offset()
+    flat = torch.zeros(self.numel(), dtype=self.dtype)
+    n = max(0, min(self.numel(), available))
+    flat[:n] = storage.as_strided((n,), (1,))
+    result = torch.gather(flat.view(self.shape), dim, _backend.cpu_alias(index))
+    if out is not None:
+        _backend.cpu_alias(out).copy_(result)
+        return out
+    return _backend.to_device(result)
+
+
+def _reduction_none(grad_output, self, target, weight, reduction, *_, **__):
+    return reduction == 0
+
+
+def _zero_grad_input(grad_output, self, *_, grad_input=None, **__):
+    if grad_input is not None:
+        return grad_input.resize_(self.shape).zero_()
+    return torch.zeros_like(self)
+
+
+def _not_a_device_index(device_id=None):
+    return device_id is not None and not isinstance(device_id, int)
+
+
+def _compare_message(device_id=None):
+    # torch_directml.device(): `device_id >= 0 and device_id < num_devices`
+    kind = type(device_id)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    return f"'>=' not supported between instances of '{name}' and 'int'"
+
+
+def _dense(t):
+    """Non-overlapping and without gaps (a permuted tensor is; ``x[::2]`` is not)."""
+    expected = 1
+    for stride, size in sorted(zip(t.stride(), t.shape)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _layer_norm_in_memory_order(input, *args, **kwargs):
+    """A permuted input normalized in memory order (wrong values, #588's max |Δ| 3.6);
+    a strided slice fails to create the DirectML operator."""
+    if not _dense(input):
+        raise RuntimeError("m_device->CreateOperator(&opDesc, IID_PPV_ARGS(&op))")
+    strides, step = [], 1
+    for size in reversed(input.shape):
+        strides.insert(0, step)
+        step *= size
+    flat = _backend.cpu_alias(input).as_strided(input.shape, strides)
+    return _backend.run_on_cpu(torch.ops.aten.native_layer_norm.default, (flat, *args), kwargs)
+
+
+def _counts_asked(self, sorted=True, return_inverse=False, return_counts=False):
+    return return_counts
+
+
+def unconfirmed_rules():
+    """Reported on older torch-directml, unknown on 0.2.5 (off by default; add them
+    with ``configure(rules=unconfirmed_rules(), extend=True)``)."""
+    return [
+        Rule("native_layer_norm", when=lambda input, *_, **__: not input.is_contiguous(),
+             replace=_layer_norm_in_memory_order,
+             source="failure_modes.md #45; microsoft/DirectML#588 (0.2.1): a permuted input "
+                    "gives wrong values, x[::2] raises"),
+        Rule("_unique2", when=_counts_asked,
+             message="Return counts not implemented for unique operator for DirectML.",
+             source="failure_modes.md #47; microsoft/DirectML#410 (0.1.13)"),
+    ]
 
 
 def default_rules():
@@ -257,5 +354,22 @@ def default_rules():
                      'FAILED at "DMLTensor.cpp":30, please report a bug to PyTorch. unbox '
                      'expects Dml at::Tensor as inputs',
              source="failure_modes.md #10; microsoft/DirectML#442, #397"),
+        Rule(DML_VIEW_KERNELS, when=_view_of_normal_tensor_in_inference_mode,
+             message="Cannot set version_counter for inference tensor",
+             source="failure_modes.md #41; microsoft/DirectML#602 (0.2.5 in a comment), #622, "
+                    "#450; vladmandic/sdnext#3464"),
+        Rule("reflection_pad2d", when=_pad_pairs_differ, replace=_pad_pairs_swapped,
+             source="failure_modes.md #42; microsoft/DirectML#687: F.pad's (left, right, top, "
+                    "bottom) applied as (top, bottom, left, right)"),
+        Rule("gather", when=_strided_input, replace=_gather_in_memory_order,
+             source="failure_modes.md #43; RVC-Project/Retrieval-based-Voice-Conversion-WebUI "
+                    "infer/fcpe.py (wrong bins from an expanded table; pattern modelled)"),
+        Rule("nll_loss_backward", when=_reduction_none, replace=_zero_grad_input,
+             source="failure_modes.md #44; microsoft/DirectML#739, #740: "
+                    "cross_entropy(reduction='none') gradients are all zero"),
+        Rule("privateuseone.device", when=_not_a_device_index, error=TypeError,
+             message=_compare_message,
+             source="failure_modes.md #46; torch_directml.device(device_id) compares with int; "
+                    "python-audio-separator PR#295, microsoft/DirectML#466"),
         *fused_rnn_rules(),
     ]

@@ -88,6 +88,20 @@ REGISTRY: Tuple[Patch, ...] = (
                   "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "
                   "remembered; 'known' only translates errors to DirectMLError",
           modes=("auto", "known")),
+    # torch-directml 0.2.5's reported defects (failure_modes.md #41-#47; dmlshim.reported
+    # probes them): BackendSelect kernels (_select.py), and load's device-module wrapper.
+    Patch("inference_mode", "views of normal tensors inside torch.inference_mode(): 'Cannot set "
+                            "version_counter for inference tensor' (DirectML#602, #622; #41)"),
+    Patch("pad", "4-element F.pad applied as (top, bottom, left, right) (DirectML#687; #42): "
+                 "reflection_pad2d with unequal pairs on the CPU"),
+    Patch("gather", "gather gives wrong values (RVC infer/fcpe.py; #43): strided gathers on the CPU"),
+    Patch("losses", "cross_entropy(reduction='none') gradients all zero (DirectML#739, #740; #44): "
+                    "nll_loss_backward 'none' on the CPU"),
+    Patch("layer_norm", "layer_norm on a non-contiguous input: wrong values or CreateOperator error "
+                        "(DirectML#588; #45): .contiguous() on the device"),
+    Patch("load", "torch.load(map_location=dml): TypeError '>=' between torch.device and int "
+                  "(audio-separator PR#295, DirectML#466; #46): device() gets the index"),
+    Patch("unique", "unique(return_counts=True) refused (DirectML#410; #47): on the CPU"),
 )
 
 _lock = threading.RLock()

@@ -1,0 +1,110 @@
+"""BackendSelect kernels for one patch module: the helper of the reported-defect fixes.
+
+Like the dispatcher net (``dispatcher.py``, which explains why BackendSelect), a fix sits
+at the **BackendSelect** key of each aten overload it names, so it holds however the op
+is reached (Python, C++ composites, TorchScript, ``backward()``, ``inference_mode``, any
+thread).  A call with a tensor on the target device goes to ``fix(op, keyset, args,
+kwargs)``, which returns None (nothing to fix), ``(args, kwargs)`` to redispatch to the
+device's kernel, or ``dispatcher.Done(result)`` (``below(keyset)`` is the key set that
+reaches the device's kernel); every other call, the shim's own work (``fallback.busy()``)
+and every call made while :func:`standing_aside` (probes: they must see the raw device,
+``backward()`` included, which runs on autograd's device thread) is redispatched unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Callable, Dict, Optional
+
+import torch
+
+from .. import fallback, trace
+from .dispatcher import _BELOW, Done, backend_key
+
+Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], object]
+
+
+def below(keyset):
+    """The key set of a redispatch to the kernels under BackendSelect."""
+    return keyset & _BELOW
+
+
+_aside = 0                  # > 0 while a probe runs: fixes stand aside on every thread
+_aside_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def standing_aside():
+    """The reported-defect fixes pass every call through, on every thread, for the block
+    (a probe's milliseconds: ``dmlshim.reported``)."""
+    global _aside
+    with _aside_lock:
+        _aside += 1
+    try:
+        yield
+    finally:
+        with _aside_lock:
+            _aside -= 1
+
+
+def aside() -> bool:
+    """Whether the fixes stand aside now (a probe, or the shim's own work)."""
+    return _aside > 0 or fallback.busy()
+
+
+def on_cpu(op, args, kwargs) -> Done:
+    """The call run on the CPU, its results back on the device (always right)."""
+    name = op.name()
+    return Done(trace.call(name, lambda f, a, k: ("cpu", fallback.run_on_cpu(f, a, k, op=name)),
+                           op, args, kwargs))
+
+
+def _kernel(op, fix: Fix, backend):
+    name = op.name()
+
+    def kernel(keyset, *args, **kwargs):
+        if keyset.has(backend) and not aside():
+            start = time.perf_counter()
+            fixed = fix(op, keyset, args, kwargs)
+            if isinstance(fixed, Done):
+                return fixed.result                    # on_cpu recorded it
+            if fixed is not None:
+                result = op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
+                trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
+                return result
+        return op.redispatch(keyset & _BELOW, *args, **kwargs)
+    return kernel
+
+
+def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> Optional[torch.library.Library]:
+    """A ``Library`` holding ``table``'s kernels at BackendSelect (None: no dispatch key
+    for ``target``).  ``library._destroy()`` removes them."""
+    backend = backend_key(target)
+    if backend is None:
+        return None
+    library = torch.library.Library("aten", "IMPL")
+    for op, fix in table.items():
+        library.impl(op.name().split("::", 1)[1], _kernel(op, fix, backend), "BackendSelect",
+                     with_keyset=True)
+    return library
+
+
+class Kernels:
+    """``install(ctx)``/``uninstall()`` for a patch module made of BackendSelect fixes."""
+
+    def __init__(self, table: Dict[torch._ops.OpOverload, Fix]):
+        self.table = table
+        self._library = None
+
+    def install(self, ctx) -> None:
+        if self._library is None:
+            self._library = register(self.table, ctx.target)
+
+    def uninstall(self) -> None:
+        library, self._library = self._library, None
+        if library is not None:
+            library._destroy()
+
+    def installed(self) -> bool:
+        return self._library is not None

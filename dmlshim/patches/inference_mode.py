@@ -1,0 +1,34 @@
+"""Views of normal tensors inside ``torch.inference_mode()`` fail on DirectML.
+
+``RuntimeError: Cannot set version_counter for inference tensor`` (microsoft/DirectML#602,
+0.2.5 confirmed there; #622, #450; vladmandic/sdnext#3464; failure_modes.md #41):
+torch-directml's view kernels make the view as a new tensor, an inference tensor inside
+inference_mode; torch then gives it the version counter of its base, a normal tensor
+(a module's weight moved to the device before), which an inference tensor refuses.
+``nn.Linear``'s ``weight.t()`` is such a view.  The fix runs those view kernels with
+inference mode off, so the view is a normal tensor, exactly what the CPU makes; inference
+tensors and every other call are left alone.  Docs: docs/reported-defects.md.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+from .dispatcher import Done
+
+_aten = torch.ops.aten
+
+
+def _normal_view(op, keyset, args, kwargs):
+    if not torch.is_inference_mode_enabled() or args[0].is_inference():
+        return None
+    with torch._C._InferenceMode(False):
+        return Done(op.redispatch(_select.below(keyset), *args, **kwargs))
+
+
+# torch-directml's own view kernels (dml_registered_ops.txt); t/transpose/expand/slice/
+# select/permute reach as_strided.  Not alias: a Python kernel's result gets a Python
+# object, which Tensor.as_subclass (it calls alias) then refuses to re-wrap.
+_kernels = _select.Kernels({getattr(_aten, name).default: _normal_view for name in
+                            ("view", "as_strided", "_reshape_alias", "_unsafe_view")})
+install, uninstall = _kernels.install, _kernels.uninstall

@@ -1,0 +1,278 @@
+"""torch-directml 0.2.5's reported defects (failure_modes.md #41-#47), both ways.
+
+For each: with its emulator rule on, the probe detects it and the user-level repro of the
+report fails or differs from the CPU without dmlshim, and equals the CPU with it; with
+the rule off, the probe passes.  A user's own Rule that behaves like a row (pads swapped,
+zero nll_loss gradients) is detected and fixed too.
+"""
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dmlshim
+from dmlshim import emulation, reported
+from dmlshim.emulation.rules import default_rules, unconfirmed_rules
+from dmlshim.patches import _select
+
+pytestmark = pytest.mark.emulated_only
+CPU = torch.device("cpu")
+DEFECTS = {d.row: d for d in reported.REPORTED}
+
+
+def _rules(without=None, extra=()):
+    """Every default and unconfirmed rule, less the project's rule of row ``without``."""
+    rules = default_rules() + unconfirmed_rules()
+    if without is not None:
+        rules = [r for r in rules if f"failure_modes.md {without};" not in r.source]
+    return rules + list(extra)
+
+
+@pytest.fixture
+def rules(dml_device):
+    """All seven rules on (also #45, #47, off by default); the defaults afterwards."""
+    dmlshim.deactivate()
+    emulation.configure(rules=_rules())
+    yield
+    dmlshim.deactivate()
+    emulation.configure()
+
+
+@pytest.fixture
+def fixed(rules):
+    dmlshim.activate(fallback="known", trace=0)
+    dmlshim.trace.reset()
+
+
+# ---------------------------------------------------------------- user-level repros
+
+def _linear_in_inference_mode(device):
+    """DirectML#602: a module moved before, called inside inference_mode."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 128).eval().to(device)
+    with torch.inference_mode():
+        return model(torch.linspace(-1, 1, 12).view(4, 3).to(device))
+
+
+def _realesrgan_x2_pad(device):
+    """Real-ESRGAN x2: an odd width padded by reflection, then pixel_unshuffle."""
+    img = torch.linspace(0, 1, 3 * 6 * 5).view(1, 3, 6, 5).to(device)
+    return F.pixel_unshuffle(F.pad(img, (0, 1, 0, 0), "reflect"), 2)
+
+
+def _fcpe_local_argmax(device):
+    """FCPE's local_argmax decoder (RVC infer/fcpe.py) on device logits."""
+    torch.manual_seed(0)
+    latent = torch.rand(1, 5, 16).to(device)
+    cents = torch.linspace(1000, 4000, 16).to(device)[None, None, :].expand(1, 5, -1)
+    max_index = torch.max(latent, dim=-1, keepdim=True).indices
+    local_index = (torch.arange(9).to(device) + (max_index - 4)).clamp(0, 15)
+    local_cents = torch.gather(cents, -1, local_index)
+    local_latent = torch.gather(latent, -1, local_index)
+    return (local_cents * local_latent).sum(-1) / local_latent.sum(-1)
+
+
+def _weighted_token_loss_grad(device):
+    """DirectML#739/#740: per-token cross_entropy(reduction='none'), weighted by hand."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(4, 6).to(device)
+    x, target = torch.randn(5, 4).to(device), torch.tensor([0, 5, 2, 2, 1]).to(device)
+    weights = torch.tensor([1.0, 0.5, 0.0, 2.0, 1.0]).to(device)
+    loss = (F.cross_entropy(head(x), target, reduction="none") * weights).sum() / weights.sum()
+    loss.backward()
+    return head.weight.grad, head.bias.grad
+
+
+def _layer_norm_permuted(device):
+    """DirectML#588's repro: a permuted input, and x[::2]."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 4, 4), torch.randn(4), torch.randn(4)
+    x, w, b = x.to(device), w.to(device), b.to(device)
+    return F.layer_norm(x.permute(0, 2, 1), [4], w, b), F.layer_norm(x[::2], [4], w, b)
+
+
+def _load_state_dict(device):
+    """A checkpoint loaded straight to the device (audio-separator PR#295), each form."""
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    torch.save(torch.nn.Linear(3, 2).state_dict(), buffer)
+    results = []
+    for where in (str(device), device, {"cpu": str(device)}):
+        buffer.seek(0)
+        state = torch.load(buffer, map_location=where)
+        assert all(t.device == device for t in state.values())
+        model = torch.nn.Linear(3, 2).to(device)
+        model.load_state_dict(state)
+        results.append(model(torch.ones(1, 3).to(device)).detach())
+    return tuple(results)
+
+
+def _unique_counts(device):
+    return torch.unique(torch.tensor([4, 1, 4, 2, 4, 1]).to(device), return_counts=True)
+
+
+REPROS = {"#41": _linear_in_inference_mode, "#42": _realesrgan_x2_pad, "#43": _fcpe_local_argmax,
+          "#44": _weighted_token_loss_grad, "#45": _layer_norm_permuted, "#46": _load_state_dict,
+          "#47": _unique_counts}
+ROWS = sorted(REPROS)
+
+
+def _actions():
+    """``{op: {action: count}}`` of the calls dmlshim handled since the last reset."""
+    return {row["op"]: row["actions"] for row in dmlshim.trace.report().rows}
+
+
+def _equal(got, want):
+    if isinstance(want, torch.Tensor):
+        return got.shape == want.shape and torch.equal(got.cpu(), want)
+    return len(got) == len(want) and all(_equal(g, w) for g, w in zip(got, want))
+
+
+def _fails_or_differs(repro, device):
+    try:
+        got = repro(device)
+    except (RuntimeError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    assert not _equal(got, repro(CPU)), "the defect did not show"
+    return "differs"
+
+
+# ---------------------------------------------------------------- both ways
+
+def test_every_reported_row_has_a_defect_with_a_probe_and_fixes():
+    assert sorted(DEFECTS) == ROWS
+    assert all(d.probe is not None and d.fixes for d in reported.REPORTED)
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_rule_on_probe_detects_and_repro_fails_without_dmlshim(rules, dml_device, row):
+    verdict = DEFECTS[row].probe(dml_device)
+    assert verdict.broken and verdict.figure != "equal"
+    _fails_or_differs(REPROS[row], dml_device)
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_rule_on_repro_equals_cpu_with_dmlshim(fixed, dml_device, row):
+    assert set(DEFECTS[row].fixes) <= set(dmlshim.patches.installed())
+    assert _equal(REPROS[row](dml_device), REPROS[row](CPU))
+    assert DEFECTS[row].probe(dml_device).broken            # probes still see the raw device
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_rule_off_probe_passes_and_repro_equals_cpu(dml_device, row):
+    dmlshim.deactivate()
+    with emulation.configured(rules=_rules(without=row)):
+        assert DEFECTS[row].probe(dml_device) == reported.Verdict(False, "equal")
+        assert _equal(REPROS[row](dml_device), REPROS[row](CPU))
+
+
+def test_probes_pass_on_the_cpu():
+    assert all(not d.probe(CPU).broken for d in reported.REPORTED)
+
+
+def test_probes_are_fast_and_leave_no_state(rules, dml_device):
+    import time
+    grad_mode, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+    for defect in reported.REPORTED:
+        defect.probe(dml_device)                             # warm
+        start = time.perf_counter()
+        defect.probe(dml_device)
+        assert time.perf_counter() - start < 0.5, defect.name
+    assert (torch.is_grad_enabled(), torch.is_inference_mode_enabled()) == (grad_mode, inference)
+    assert not _select.aside()
+
+
+# ---------------------------------------------------------------- users' own rules
+
+def _swap_hw_pads(self, padding, *rest, **kwargs):
+    """A user's reflection_pad2d: the H and W pads swapped, on CPU copies."""
+    left, right, top, bottom = padding
+    return F.pad(self.cpu(), (top, bottom, left, right), "reflect").to(self.device)
+
+
+def _zero_nll_grad(grad_output, self, target, weight, reduction, *rest, **kwargs):
+    return torch.zeros_like(self)
+
+
+USER_RULES = {
+    "#42": emulation.Rule("reflection_pad2d", replace=_swap_hw_pads,
+                          when=lambda self, padding: len(set(padding)) > 1, source="a user's GPU"),
+    "#44": emulation.Rule("nll_loss_backward.default", replace=_zero_nll_grad,
+                          when=lambda *args: args[4] == 0, source="a user's GPU"),
+}
+
+
+@pytest.mark.parametrize("row", sorted(USER_RULES))
+def test_a_users_own_rule_is_detected_and_fixed(dml_device, row):
+    dmlshim.deactivate()
+    with emulation.configured(rules=_rules(without=row, extra=[USER_RULES[row]])):
+        assert DEFECTS[row].probe(dml_device).broken
+        _fails_or_differs(REPROS[row], dml_device)
+        dmlshim.activate(fallback="known", trace=0)
+        try:
+            assert _equal(REPROS[row](dml_device), REPROS[row](CPU))
+        finally:
+            dmlshim.deactivate()
+
+
+# ---------------------------------------------------------------- how the fixes hold
+
+def _scripted_pad(x: torch.Tensor) -> torch.Tensor:
+    return F.pad(x, [0, 1, 0, 0], mode="reflect")
+
+
+def test_fixes_hold_below_python(fixed, dml_device):
+    """TorchScript and torch.ops reach the same aten ops: the BackendSelect kernels see them."""
+    scripted = torch.jit.script(_scripted_pad)
+    x = torch.arange(12.0).view(1, 1, 3, 4)
+    assert torch.equal(scripted(x.to(dml_device)).cpu(), F.pad(x, (0, 1, 0, 0), "reflect"))
+    assert torch.equal(torch.ops.aten.reflection_pad2d(x.to(dml_device), [0, 1, 0, 0]).cpu(),
+                       F.pad(x, (0, 1, 0, 0), "reflect"))
+    assert _actions()["aten::reflection_pad2d"] == {"cpu": 2}
+
+
+def test_inference_mode_keeps_torch_semantics(fixed, dml_device):
+    """Views of normal tensors stay normal, results of inference tensors stay inference
+    tensors, on the device exactly as on the CPU; nothing goes to the CPU."""
+    def run(device):
+        weight = torch.ones(2, 3).to(device)
+        with torch.inference_mode():
+            view, out = weight.t(), F.linear(torch.ones(1, 3).to(device), weight)
+            return view.is_inference(), view._version, out.is_inference(), out.cpu()
+    assert run(dml_device)[:3] == run(CPU)[:3] and torch.equal(run(dml_device)[3], run(CPU)[3])
+    assert not any(name.endswith(("view", "as_strided")) for name in _actions())
+
+
+def test_symmetric_pads_and_contiguous_gathers_stay_on_the_device(fixed, dml_device):
+    x = torch.arange(16.0).view(1, 1, 4, 4)
+    assert torch.equal(F.pad(x.to(dml_device), (1, 1, 1, 1), "reflect").cpu(), F.pad(x, (1, 1, 1, 1), "reflect"))
+    index = torch.tensor([[0, 3], [2, 1]])
+    assert torch.equal(torch.gather(x[0, 0, :2].to(dml_device), 1, index.to(dml_device)).cpu(),
+                       torch.gather(x[0, 0, :2], 1, index))
+    assert not {"aten::reflection_pad2d", "aten::gather"} & set(_actions())
+
+
+def test_load_leaves_other_map_locations_alone(fixed, dml_device, tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save({"w": torch.arange(3.0)}, path)
+    assert torch.load(path, map_location="cpu")["w"].is_cpu
+    assert torch.load(path, map_location=lambda storage, loc: storage)["w"].is_cpu
+    assert torch.load(path)["w"].is_cpu
+
+
+def test_deactivate_removes_the_fixes(rules, dml_device):
+    dmlshim.activate(fallback="known", trace=0)
+    dmlshim.deactivate()
+    _fails_or_differs(_realesrgan_x2_pad, dml_device)
+    _fails_or_differs(_load_state_dict, dml_device)
+
+
+def test_pad_gradient_equals_cpu(fixed, dml_device):
+    """The backward of an unequal reflect pad goes through the CPU too."""
+    def grad(device):
+        x = torch.arange(12.0).view(1, 1, 3, 4).to(device).requires_grad_()
+        (F.pad(x, (0, 1, 0, 0), "reflect") * torch.arange(15.0).view(1, 1, 3, 5).to(device)).sum().backward()
+        return x.grad
+    assert torch.equal(grad(dml_device).cpu(), grad(CPU))
+    assert _actions()["aten::reflection_pad2d_backward"] == {"cpu": 1}
