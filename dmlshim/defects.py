@@ -135,13 +135,6 @@ def probe_tensor_new(device) -> Verdict:
     return _compare(got, torch.zeros(1).new([1.0, 2.0]))
 
 
-def probe_script_module_to(device) -> Verdict:
-    """whether torch swaps a CPU tensor's data for a device tensor's in place"""
-    if torch._has_compatible_shallow_copy_type(torch.empty(0), torch.empty(0, device=device)):
-        return Verdict(False, "compatible shallow-copy type")
-    return Verdict(True, "Module._apply asserts nn.Parameter (a loaded ScriptModule holds plain tensors)")
-
-
 # ------------------------------------------------------------------------- the table
 _RNN_SOURCE = "microsoft/DirectML#613, #654, #677"
 
@@ -167,10 +160,6 @@ CORE: Tuple[Defect, ...] = (
     Defect("tensor_new", "#11", "microsoft/DirectML#400, #415; pytorch/pytorch#95734",
            "Tensor.new(...) refused on PrivateUse1 (torch 2.0, torch-directml <= 0.2.0)",
            probe_tensor_new, ("legacy_new",)),
-    Defect("script_module_to", "#48", "core torch: TensorImpl::has_compatible_shallow_copy_type "
-           "counts no PrivateUse1 backend as dense",
-           "torch.jit.load(f).to(dml): 'AssertionError: param must be a Parameter'",
-           probe_script_module_to, ("jit",)),
     # static: probing them would abort the process
     Defect("bfloat16", "#8", "microsoft/DirectML#688",
            "a bfloat16 tensor on the device aborts the process",
