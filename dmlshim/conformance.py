@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import json
 import math
+import os
 import platform
 import re
 import sys
@@ -347,12 +348,20 @@ def run_on_cpu(case: Case, device=None) -> Result:
 def _shim(active: bool):
     import dmlshim
 
+    # DMLSHIM_BF16=cpu: the bf16 policy that keeps the CPU's dtype contract (float32, the
+    # default, computes bf16 values as float32 on the device by design: docs/fun-asr-nano.md)
+    saved = os.environ.get("DMLSHIM_BF16")
     if active:
+        os.environ["DMLSHIM_BF16"] = "cpu"
         dmlshim.activate(fallback="auto", trace=0)
     try:
         yield
     finally:
         dmlshim.deactivate()
+        if active and saved is None:
+            del os.environ["DMLSHIM_BF16"]
+        elif active:
+            os.environ["DMLSHIM_BF16"] = saved
 
 
 def _forget() -> None:

@@ -122,3 +122,16 @@ def _directml_present(dml_device):
     ``dmlshim.activate()`` probes it (dmlshim.probing) and, with no device present,
     would install no fix.  Tests of the no-device case use ``target="cuda"``."""
     return dml_device
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """FunASR's AutoModel calls torch.set_num_threads(ncpu) (the tests pass ncpu=1: on a busy
+    2-core machine 2 threads wait on each other in every LSTM step); give later tests their
+    setting back. It is per OS thread: with the main thread at 1 and the autograd engine's
+    device thread at 2, a CPU and a device backward sum in different orders (ULPs apart)."""
+    yield
+    torch.set_num_threads(_TORCH_THREADS)
+
+
+_TORCH_THREADS = torch.get_num_threads()     # the session's setting, before any AutoModel

@@ -56,15 +56,6 @@ def encode(model, device):
     return out.cpu(), out_lens.cpu()
 
 
-@pytest.fixture(autouse=True)
-def _keep_torch_threads():
-    """AutoModel calls torch.set_num_threads(ncpu); give later tests their setting back.
-    (ncpu=1: on a busy 2-core machine, 2 threads wait on each other in every LSTM step.)"""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def cpu_reference(funasr_model_dir):
     """kind -> {"text": [(text, timestamps)], "encoder": (out, lens)} on the CPU, once."""

@@ -36,14 +36,6 @@ def model_dir(tmp_path_factory):
     return lambda kind: funasr_models.build(kind, cache_dir=cache)
 
 
-@pytest.fixture(autouse=True)
-def _keep_torch_threads():
-    """AutoModel calls torch.set_num_threads(ncpu): give later tests their setting back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def load(model_dir, kind, device, **kw):
     return funasr_models.auto_model(model_dir(kind), device, 1, **kw)
 
