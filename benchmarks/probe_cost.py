@@ -25,6 +25,16 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+def _activate_with(probe):
+    """A timing setup: dmlshim active with DMLSHIM_PROBE=probe (None: unset)."""
+    def setup():
+        import dmlshim
+        dmlshim.deactivate()
+        _probe_env(probe)()
+        dmlshim.activate()
+    return setup
+
+
 def _probe_env(value):
     def set_():
         if value is None:
@@ -43,16 +53,9 @@ def funasr_rows(size, repeats, ncpu):
     audio = clips((5,))["5s"]
     run = lambda: model.generate(audio)                               # noqa: E731
 
-    def shim(probe):
-        def setup():
-            dmlshim.deactivate()
-            _probe_env(probe)()
-            dmlshim.activate()
-        return setup
-
     timings = timing.measure({"cpu": run, "cpu+shim": run, "cpu+shim probe=off": run},
-                             setup={"cpu": dmlshim.deactivate, "cpu+shim": shim(None),
-                                    "cpu+shim probe=off": shim("off")},
+                             setup={"cpu": dmlshim.deactivate, "cpu+shim": _activate_with(None),
+                                    "cpu+shim probe=off": _activate_with("off")},
                              repeats=repeats, warmup=1)
     dmlshim.deactivate()
     _probe_env(None)()
@@ -66,16 +69,9 @@ def mul_rows(repeats):
     x, y = torch.rand(64), torch.rand(64)
     run = lambda: torch.mul(x, y)                                     # noqa: E731
 
-    def shim(probe):
-        def setup():
-            dmlshim.deactivate()
-            _probe_env(probe)()
-            dmlshim.activate()
-        return setup
-
     timings = timing.measure({"cpu": run, "cpu+shim": run, "cpu+shim probe=off": run},
-                             setup={"cpu": dmlshim.deactivate, "cpu+shim": shim(None),
-                                    "cpu+shim probe=off": shim("off")},
+                             setup={"cpu": dmlshim.deactivate, "cpu+shim": _activate_with(None),
+                                    "cpu+shim probe=off": _activate_with("off")},
                              repeats=repeats, warmup=2, number=2000)
     dmlshim.deactivate()
     _probe_env(None)()

@@ -67,11 +67,16 @@ def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = 
     return path
 
 
+def _one_of(value: str, allowed, name: str) -> str:
+    """``value`` lower-cased if it is one of ``allowed``, else a ValueError naming both."""
+    choice = str(value).strip().lower()
+    if choice not in allowed:
+        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(allowed)}")
+    return choice
+
+
 def parse_fallback(value: str, *, name: str = "fallback") -> str:
-    mode = str(value).strip().lower()
-    if mode not in FALLBACK_MODES:
-        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(FALLBACK_MODES)}")
-    return mode
+    return _one_of(value, FALLBACK_MODES, name)
 
 
 def parse_device(value: str, *, name: str = "DMLSHIM_DEVICE") -> str:
@@ -86,17 +91,12 @@ def parse_device(value: str, *, name: str = "DMLSHIM_DEVICE") -> str:
 
 def parse_bf16(value: str, *, name: str = "DMLSHIM_BF16") -> str:
     """Validate a bfloat16 policy: ``float32``, ``float16`` or ``cpu``."""
-    policy = str(value).strip().lower()
-    if policy not in BF16_POLICIES:
-        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(BF16_POLICIES)}")
-    return policy
+    return _one_of(value, BF16_POLICIES, name)
 
 
 def parse_probe(value: str, *, name: str = "DMLSHIM_PROBE") -> str:
-    mode = str(value).strip().lower() or "auto"
-    if mode not in PROBE_MODES:
-        raise ValueError(f"{name}={value!r}: allowed values are {', '.join(PROBE_MODES)}")
-    return mode
+    """Validate a probing mode: ``auto`` (also for an empty value), ``off`` or ``refresh``."""
+    return _one_of(str(value).strip() or "auto", PROBE_MODES, name)
 
 
 def device_from_env(environ: Mapping[str, str] = os.environ) -> str:
