@@ -221,7 +221,9 @@ def _zero_dim_dtypes(args, out) -> list:
     operands = [a for a in args if isinstance(a, torch.Tensor)]
     if not operands or any(t.dim() for t in operands):
         return out
-    number = next(a for a, t in zip(args, out) if a is not t)
+    number = next((a for a, t in zip(args, out) if a is not t), None)
+    if number is None:                  # the numbers sat in Scalar slots: nothing converted
+        return out
     dtype = torch.result_type(operands[0], number)
     return [t.to(dtype) if a is not t and t.dtype != dtype else t for a, t in zip(args, out)]
 
