@@ -364,6 +364,27 @@ def test_unknown_ops_are_configurable(fresh, profile):
         emulation.configure(unknown_ops="sometimes")
 
 
+def test_no_cpu_kernel_rows_fail_for_want_of_a_cpu_kernel(fresh):
+    """Row #34: torch-directml's CPU fallback fails where torch 2.4.1 has no CPU kernel;
+    on a torch that has one (_scaled_mm on 2.13) the fallback runs it."""
+    from dmlshim.emulation import _state, fused_rnn, routing
+
+    rows = [n for n, (r, _) in routing.table().items()
+            if r == routing.NO_CPU_KERNEL and n not in fused_rnn.OPS]
+    routes = {n: _state._effective_route(n)[0] for n in rows}
+    with_kernel = sorted(n for n in rows if routing.has_cpu_kernel(n))
+    assert sorted(n for n, r in routes.items() if r == routing.CPU_FALLBACK) == with_kernel
+    assert all(r == routing.NO_CPU_KERNEL for n, r in routes.items() if n not in with_kernel)
+    if torch.__version__.startswith("2.4.1"):
+        assert with_kernel == []            # the table was made on this torch
+    else:
+        assert "_scaled_mm" in with_kernel
+    x = torch.ones(3, device=fresh)
+    with pytest.raises(NotImplementedError, match="'aten::_fused_dropout' with arguments from "
+                                                  "the 'CPU' backend"):
+        torch.ops.aten._fused_dropout(x, 0.5)
+
+
 # ---------------------------------------------------------------- default rules
 
 def test_float_times_bool_is_bool(dml_device):                     # row #17

@@ -104,6 +104,10 @@ def _effective_route(name):
     elif route in (routing.COMPOSITE_IMPLICIT, routing.COMPOSITE_EXPLICIT):
         # torch 2.4.1 decomposed it before DirectML; its leaves ran natively there.
         route = routing.DML_KERNEL
+    elif route == routing.NO_CPU_KERNEL and routing.has_cpu_kernel(name):
+        # torch-directml's CPU fallback failed on 2.4.1 only for want of a CPU kernel
+        # (row #34); a later torch that has one (_scaled_mm on 2.13) runs it there.
+        route = routing.CPU_FALLBACK
     return route, reported
 
 

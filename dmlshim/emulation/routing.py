@@ -81,6 +81,16 @@ def route(op) -> str:
     return lookup(op)[0]
 
 
+def has_cpu_kernel(name: str) -> bool:
+    """Whether the running torch registers a CPU kernel for ``name`` (``"_scaled_mm"``).
+
+    ``CPU_FALLBACK_NO_CPU_KERNEL`` rows are exactly those without one on torch 2.4.1."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")
+    except RuntimeError:          # not an operator of the running torch
+        return False
+
+
 def fallback_warning(name: str) -> str:
     """torch-directml's ``dml_cpu_fallback`` warning text (failure_modes.md note B)."""
     return (f"The operator 'aten::{name}' is not currently supported on the DML backend "
