@@ -161,7 +161,7 @@ def _library_kernel(key, next_keyset):
     redispatching to ``next_keyset(keyset)``."""
     def kernel(keyset, *args, **kwargs):
         if keyset.has(_PU1):
-            fixed = _fix(args, kwargs)
+            fixed = _fix(_aten_mul, keyset, args, kwargs)
             if fixed is not None:
                 args, kwargs = fixed
         return _aten_mul.redispatch(next_keyset(keyset), *args, **kwargs)
@@ -182,7 +182,8 @@ def _dispatch_mode():
             kwargs = kwargs or {}
             if func is _aten_mul and any(isinstance(a, torch.Tensor) and a.device.type == "privateuseone"
                                          for a in args):
-                args, kwargs = _fix(args, kwargs) or (args, kwargs)
+                # no keyset here: the mul fix reads neither it nor the op
+                args, kwargs = _fix(func, None, args, kwargs) or (args, kwargs)
             return func(*args, **kwargs)
 
     def install():
