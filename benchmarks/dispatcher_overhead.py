@@ -214,8 +214,7 @@ def main():
                         help="also time the mechanisms considered (the table in dispatcher.py)")
     args = parser.parse_args()
     if args.json is None:
-        args.json = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                 f"dispatcher_overhead-torch{torch.__version__.split('+')[0]}.json")
+        args.json = timing.results_path(f"dispatcher_overhead-torch{torch.__version__.split('+')[0]}.json")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")     # (a) and (c) re-register kernels each round
     dmlshim.deactivate()
@@ -223,9 +222,7 @@ def main():
     rows = shipped(dev, args.quick)
     if args.candidates:
         rows += candidates(dev, args.quick)
-    timing.finish(args, "dispatcher_overhead", rows,
-                  extra={"device": "emulated privateuseone", "torch": torch.__version__,
-                         "threads": torch.get_num_threads()})
+    timing.finish(args, "dispatcher_overhead", rows, timing.emulated_extra())
 
 
 if __name__ == "__main__":
