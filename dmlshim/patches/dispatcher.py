@@ -76,10 +76,10 @@ class Done(NamedTuple):
 
 
 # aten overload -> fix(op, keyset, args, kwargs) -> fixed (args, kwargs), ``Done(result)``,
-# or None when nothing needs fixing.  Arguments are as the dispatcher passes them (kwarg-only ones, e.g. out=, in
-# kwargs; a wrapped number as a Python number).  Called only for calls with a tensor on
-# the target device.  One entry per overload the quirk reaches; add future silent
-# quirks here.
+# or None when nothing needs fixing.  Arguments are as the dispatcher passes them
+# (kwarg-only ones, e.g. out=, in kwargs), a wrapped number already a 0-dim tensor
+# (``fix_kernel``).  Called only for calls with a tensor on the target device.  One entry
+# per overload the quirk reaches; add future silent quirks here.
 FIXES: Dict[torch._ops.OpOverload, Fix] = {
     # failure_modes.md #17, DirectML#686, #737: float x bool gives bool.  torch-directml
     # has one kernel, mul.out (dml_registered_ops.txt); mul.Tensor and mul_.Tensor reach it
