@@ -161,7 +161,7 @@ def _library_kernel(key, next_keyset):
     redispatching to ``next_keyset(keyset)``."""
     def kernel(keyset, *args, **kwargs):
         if keyset.has(_PU1):
-            fixed = _fix(args, kwargs)
+            fixed = _fix(_aten_mul, keyset, args, kwargs)
             if fixed is not None:
                 args, kwargs = fixed
         return _aten_mul.redispatch(next_keyset(keyset), *args, **kwargs)
@@ -182,7 +182,8 @@ def _dispatch_mode():
             kwargs = kwargs or {}
             if func is _aten_mul and any(isinstance(a, torch.Tensor) and a.device.type == "privateuseone"
                                          for a in args):
-                args, kwargs = _fix(args, kwargs) or (args, kwargs)
+                # no keyset here: the mul fix reads neither it nor the op
+                args, kwargs = _fix(func, None, args, kwargs) or (args, kwargs)
             return func(*args, **kwargs)
 
     def install():
@@ -213,8 +214,7 @@ def main():
                         help="also time the mechanisms considered (the table in dispatcher.py)")
     args = parser.parse_args()
     if args.json is None:
-        args.json = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                 f"dispatcher_overhead-torch{torch.__version__.split('+')[0]}.json")
+        args.json = timing.results_path(f"dispatcher_overhead-torch{torch.__version__.split('+')[0]}.json")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")     # (a) and (c) re-register kernels each round
     dmlshim.deactivate()
@@ -222,9 +222,7 @@ def main():
     rows = shipped(dev, args.quick)
     if args.candidates:
         rows += candidates(dev, args.quick)
-    timing.finish(args, "dispatcher_overhead", rows,
-                  extra={"device": "emulated privateuseone", "torch": torch.__version__,
-                         "threads": torch.get_num_threads()})
+    timing.finish(args, "dispatcher_overhead", rows, timing.emulated_extra())
 
 
 if __name__ == "__main__":

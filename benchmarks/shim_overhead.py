@@ -205,9 +205,7 @@ def main():
                         help="torch CPU threads (default 1: stable ratios on a shared machine)")
     args = parser.parse_args()
     if args.json is None:
-        args.json = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                 "shim_overhead.json")
-        os.makedirs(os.path.dirname(args.json), exist_ok=True)
+        args.json = timing.results_path("shim_overhead.json")
     torch.set_num_threads(args.threads)
     dev = emulation.install()
     rows = pass_through(dev, args.quick) + decision_cost(dev, args.quick)
@@ -215,9 +213,7 @@ def main():
     for steps in ((150, 40) if args.quick else (750, 80)):
         rows += lstm(dev, args.quick, steps)
     rows += lstm_training(dev, args.quick)
-    timing.finish(args, "shim_overhead", rows,
-                  extra={"device": "emulated privateuseone", "torch": torch.__version__,
-                         "threads": torch.get_num_threads()})
+    timing.finish(args, "shim_overhead", rows, timing.emulated_extra())
 
 
 if __name__ == "__main__":

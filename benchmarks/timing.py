@@ -5,6 +5,7 @@ them all alike: compare ratios, not absolute times. Times are seconds per call.
 """
 import argparse
 import json
+import os
 import statistics
 import time
 import timeit
@@ -107,6 +108,21 @@ def format_table(rows):
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip()
              for line in [cols, ["-" * w for w in widths], *table]]
     return "\n".join(lines)
+
+
+def results_path(name):
+    """``benchmarks/results/<name>`` (where docs/gen_tables.py reads), the folder made if
+    missing: the default ``--json`` of a benchmark whose figures the docs quote."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, name)
+
+
+def emulated_extra():
+    """The JSON ``extra`` of a run on the emulated device: device, torch version, threads."""
+    import torch
+    return {"device": "emulated privateuseone", "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
 
 
 def arg_parser(description):

@@ -241,14 +241,18 @@ def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim
     assert text.strip() and len(stamps) > 0
 
 
-def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device, profile):
-    """examples/funasr_transcribe.py (what `make demo` runs), on one file."""
+def _compare_with_cpu(tmp_path, *options):
+    """examples/funasr_transcribe.py --compare-cpu on the emulated device: its exit status."""
     try:
-        status = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
-                                         "--hotword", HOTWORDS, "--ncpu", "1",
-                                         "--cache-dir", str(tmp_path)])
+        return funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu", *options,
+                                       "--ncpu", "1", "--cache-dir", str(tmp_path)])
     finally:
         dmlshim.deactivate()
+
+
+def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device, profile):
+    """examples/funasr_transcribe.py (what `make demo` runs), on one file."""
+    status = _compare_with_cpu(tmp_path, "--hotword", HOTWORDS)
     out = capsys.readouterr().out
     assert status == 0, out
     assert "RANDOM weights" in out and f"within the '{profile}' profile" in out
@@ -274,12 +278,7 @@ def test_example_script_exits_1_outside_the_profile(tmp_path, capsys, dml_device
         return results
 
     monkeypatch.setattr(funasr_transcribe, "transcribe", transcribe)
-    try:
-        got = funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu",
-                                      "--tolerance", tolerance, "--ncpu", "1",
-                                      "--cache-dir", str(tmp_path)])
-    finally:
-        dmlshim.deactivate()
+    got = _compare_with_cpu(tmp_path, "--tolerance", tolerance)
     out = capsys.readouterr().out
     assert got == status, out
     assert ("MISMATCH" in out and "timestamp differs" in out) == bool(status)

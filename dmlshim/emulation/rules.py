@@ -19,6 +19,8 @@ import torch
 
 from . import _backend, routing
 from .fatal import FatalDirectMLError, abort_message
+# #41's kernels live with their fix: the shim runs on real DirectML without the emulator
+from ..patches.inference_mode import DML_VIEW_KERNELS
 
 # Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
 # the device's configuration, passes it down: rules stays below _state (no cycle).
@@ -213,12 +215,6 @@ def fused_rnn_rules():
 # ------------------------------------------- torch-directml 0.2.5 defects (#41-#47)
 # Silent ones compute their wrong answer on CPU aliases (_backend), so the device's
 # own kernels (and these rules) are not re-entered.
-
-# torch-directml's own view kernels (dml_registered_ops.txt); transpose, expand,
-# slice... reach as_strided.  (alias too, but nothing a model calls reaches it: not
-# modelled, patches/inference_mode.py says why it is not fixed.)
-DML_VIEW_KERNELS = ("view", "as_strided", "_reshape_alias", "_unsafe_view")
-
 
 def _view_of_normal_tensor_in_inference_mode(self, *_, **__):
     # DirectML builds the view as a new TensorImpl, an inference tensor inside

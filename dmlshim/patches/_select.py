@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 
 from .. import fallback, trace
-from .dispatcher import _BELOW, Done, backend_key
-
-Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], object]
+from .dispatcher import _BELOW, Done, Fix, backend_key, fix_kernel
 
 
 def below(keyset):
@@ -57,24 +54,7 @@ def on_cpu(op, args, kwargs) -> Done:
     """The call run on the CPU, its results back on the device (always right)."""
     name = op.name()
     return Done(trace.call(name, lambda f, a, k: ("cpu", fallback.run_on_cpu(f, a, k, op=name)),
-                           op, args, kwargs))
-
-
-def _kernel(op, fix: Fix, backend):
-    name = op.name()
-
-    def kernel(keyset, *args, **kwargs):
-        if keyset.has(backend) and not aside():
-            start = time.perf_counter()
-            fixed = fix(op, keyset, args, kwargs)
-            if isinstance(fixed, Done):
-                return fixed.result                    # on_cpu recorded it
-            if fixed is not None:
-                result = op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
-                trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
-                return result
-        return op.redispatch(keyset & _BELOW, *args, **kwargs)
-    return kernel
+                           op, args, kwargs), record=False)
 
 
 def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> Optional[torch.library.Library]:
@@ -85,8 +65,8 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> Optional[t
         return None
     library = torch.library.Library("aten", "IMPL")
     for op, fix in table.items():
-        library.impl(op.name().split("::", 1)[1], _kernel(op, fix, backend), "BackendSelect",
-                     with_keyset=True)
+        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend, numbers=False, aside=aside),
+                     "BackendSelect", with_keyset=True)
     return library
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, NamedTuple, Optional
 
 import torch
 
@@ -28,20 +28,23 @@ from .mul import coerce_bool_operands
 
 _aten = torch.ops.aten
 _BOOL = torch.bool
-Fix = Callable[[tuple, dict], Optional[Tuple[tuple, dict]]]
+# A fix at BackendSelect, the net's and the reported-defect fixes' (_select.py) alike:
+# fix(op, keyset, args, kwargs) -> None (nothing to fix), the fixed (args, kwargs) to
+# redispatch, or Done(result).
+Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], object]
 
 
 def _bool_operand(inplace: bool) -> Fix:
     """mul's fix, ``mul.coerce_bool_operands``, behind a cheap test for a bool operand
     (the dispatcher passes ``self`` and ``other`` positionally)."""
-    def fix(args, kwargs):
+    def fix(op, keyset, args, kwargs):
         if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
             return coerce_bool_operands(args, kwargs, inplace)
         return None
     return fix
 
 
-def _device_indices(args, kwargs):
+def _device_indices(op, keyset, args, kwargs):
     """``index``/``_index_put_impl_`` with CPU index tensors: the indices moved to
     ``self``'s device (``indices`` is a list of optional tensors)."""
     self, indices = args[0], args[1]
@@ -51,7 +54,7 @@ def _device_indices(args, kwargs):
     return (self, moved, *args[2:]), kwargs
 
 
-def _drop_empty(args, kwargs):
+def _drop_empty(op, keyset, args, kwargs):
     """``cat`` with an empty input: the empty inputs dropped (``cat.drop_empty`` keeps
     the CPU's result dtype and shape)."""
     tensors = args[0]
@@ -65,15 +68,18 @@ def _drop_empty(args, kwargs):
 
 
 class Done(NamedTuple):
-    """What a fix returns when it computed the result itself (no redispatch)."""
+    """What a fix returns when it computed the result itself (no redispatch).  ``record``
+    False: the kernel records no "coerce" row (``_select.on_cpu`` records its own "cpu"
+    one; inference_mode's views would add a row to every view call)."""
     result: torch.Tensor
+    record: bool = True
 
 
-# aten overload -> fix(args, kwargs) -> fixed (args, kwargs), ``Done(result)``, or None
-# when nothing needs fixing.  Arguments are as the dispatcher passes them (kwarg-only ones, e.g. out=, in
-# kwargs; a wrapped number as a Python number).  Called only for calls with a tensor on
-# the target device.  One entry per overload the quirk reaches; add future silent
-# quirks here.
+# aten overload -> fix(op, keyset, args, kwargs) -> fixed (args, kwargs), ``Done(result)``,
+# or None when nothing needs fixing.  Arguments are as the dispatcher passes them
+# (kwarg-only ones, e.g. out=, in kwargs), a wrapped number already a 0-dim tensor
+# (``fix_kernel``).  Called only for calls with a tensor on the target device.  One entry
+# per overload the quirk reaches; add future silent quirks here.
 FIXES: Dict[torch._ops.OpOverload, Fix] = {
     # failure_modes.md #17, DirectML#686, #737: float x bool gives bool.  torch-directml
     # has one kernel, mul.out (dml_registered_ops.txt); mul.Tensor and mul_.Tensor reach it
@@ -239,27 +245,37 @@ def backend_key(target: str):
         return None
 
 
-def _kernel(op, fix: Fix, backend, name: str):
-    numbers = fallback.numbers_as_tensors
+def fix_kernel(op, fix: Fix, backend, *, numbers: bool, aside: Optional[Callable[[], bool]] = None):
+    """The BackendSelect kernel of ``op`` for ``fix``, the net's (``FIXES``) and the
+    reported-defect fixes' (``_select.py``): a call with a tensor on ``backend`` (a dispatch
+    key) goes to ``fix``; the fixed call, and every other, is redispatched below BackendSelect.
+    Where the two differ, on purpose:
+
+    * ``numbers``: Python numbers in Tensor slots become 0-dim tensors first
+      (``fallback.numbers_as_tensors``): the 2.5 of ``x * 2.5`` reaches a Python kernel as a
+      Python number, which ``redispatch`` refuses, and ``x * True``'s fix must see a bool
+      tensor.  The net's ops need it; no Tensor slot of ``_select``'s ops takes a number,
+      and their int arguments (gather's dim) would cost the slow path on every call.
+    * ``aside``: while it returns True the call passes through unfixed (``_select``'s fixes
+      stand aside for probes and the shim's own work; the net fixes the shim's own device
+      calls too, a ``cat`` under ``fallback.guard()``)."""
+    name = op.name()
+    to_tensors = fallback.numbers_as_tensors if numbers else None
 
     def kernel(keyset, *args, **kwargs):
-        args = numbers(op, args)                       # x * True: the fix sees a bool tensor
-        if keyset.has(backend):                        # a tensor on the target device
+        if to_tensors is not None:
+            args = to_tensors(op, args)
+        if keyset.has(backend) and (aside is None or not aside()):
             start = time.perf_counter()
-            fixed = fix(args, kwargs)
+            fixed = fix(op, keyset, args, kwargs)
             if fixed is not None:
-                result = fixed.result if isinstance(fixed, Done) else _next_kernel(op, keyset, *fixed)
-                trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
+                done = isinstance(fixed, Done)
+                result = fixed.result if done else op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
+                if not done or fixed.record:
+                    trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
                 return result
-        return _next_kernel(op, keyset, args, kwargs)
+        return op.redispatch(keyset & _BELOW, *args, **kwargs)
     return kernel
-
-
-def _next_kernel(op, keyset, args, kwargs):
-    """Redispatch below BackendSelect.  Python numbers in Tensor slots (wrapped numbers:
-    the 2.5 of ``x * 2.5`` reaches a Python kernel as a Python number, which ``redispatch``
-    refuses) must already be the 0-dim tensors they were (``fallback.numbers_as_tensors``)."""
-    return op.redispatch(keyset & _BELOW, *args, **kwargs)
 
 
 def _island_kernel(op, makes, backend, target: str, name: str):
@@ -346,8 +362,8 @@ def install(ctx: Context) -> None:
     library = torch.library.Library("aten", "IMPL")
     on = lambda op: ctx.enabled(gate(op))               # noqa: E731
     for op, fix in filter(lambda item: on(item[0]), FIXES.items()):
-        name = op.name()                               # "aten::mul.Tensor"
-        library.impl(name.split("::", 1)[1], _kernel(op, fix, backend, name), KEY, with_keyset=True)
+        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend, numbers=True), KEY,
+                     with_keyset=True)
     for op, makes in filter(lambda item: on(item[0]), ISLANDS.items()):
         name = op.name()
         with warnings.catch_warnings():
