@@ -748,7 +748,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="list the ops of each failure class with a message")
     parser.add_argument("--min-rate", type=float, metavar="PCT",
-                        help="exit 1 when the shim's (else raw's) match rate is below PCT %%")
+                        help="exit 1 when the shim's (else raw's) parity rate is below PCT %%")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
