@@ -89,7 +89,10 @@ def probe_empty_cat(device) -> Verdict:
 
 
 def _rnn_probe(cls, device) -> Verdict:
-    rnn = cls(3, 4, device="meta").to_empty(device="cpu")   # no RNG: the user's stream is untouched
+    # the user's random stream is untouched (not meta + to_empty: on torch 2.13 that
+    # imports sympy, 1.3 s of activate())
+    with torch.random.fork_rng(devices=[]):
+        rnn = cls(3, 4)
     with torch.no_grad():
         for i, p in enumerate(rnn.parameters()):
             p.copy_(torch.linspace(-0.5, 0.5 + i / 10, p.numel()).reshape(p.shape))

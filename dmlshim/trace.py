@@ -231,7 +231,7 @@ def start(trace: Optional[str]) -> None:
         return
     if trace == "log":
         if not logger.hasHandlers():       # the user asked for output: make sure it shows
-            _own_handler = logging.StreamHandler(sys.stderr)
+            _own_handler = _LastResort(sys.stderr)
             _own_handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
             logger.addHandler(_own_handler)
         if logger.getEffectiveLevel() > logging.INFO:
@@ -250,6 +250,15 @@ def start(trace: Optional[str]) -> None:
     if not _atexit_registered:
         atexit.register(_summary_at_exit)
         _atexit_registered = True
+
+
+class _LastResort(logging.StreamHandler):
+    """dmlshim's own stderr handler, silent once the root logger has a handler of its own
+    (FunASR configures one after ``activate()``): a record is then printed once, there."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not (logger.propagate and logging.getLogger().handlers):
+            super().emit(record)
 
 
 def stop() -> None:

@@ -29,6 +29,17 @@ def _work(device):
     torch.cat([x, torch.zeros(0, 4).to(device)])
 
 
+def test_log_trace_prints_each_record_once_when_the_app_configures_logging_later():
+    """trace="log" adds a stderr handler only while nothing else would print; FunASR's
+    logging.basicConfig() after activate() must not make every record print twice."""
+    code = ("import logging; from dmlshim import trace; trace.start('log'); "
+            "trace.logger.info('one'); logging.basicConfig(format='root: %(message)s'); "
+            "trace.logger.info('two'); trace.stop(); trace.logger.warning('three')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["dmlshim: one", "root: two", "root: three"]
+
+
 def test_trace_1_logs_one_line_per_intercepted_call(dml_device, caplog, monkeypatch):
     monkeypatch.setenv("DMLSHIM_TRACE", "1")
     dmlshim.activate(fallback="known")
