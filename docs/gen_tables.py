@@ -117,7 +117,7 @@ def _opinfo_only(mode):
 
 def conformance_groups_table():
     """Rows per lane and dtype group (float32, float16, int64, bool, modules): matches per mode."""
-    lines = ["| torch | commit | group | raw match | shim match | transparency |",
+    lines = ["| torch | commit | group | raw: at parity | with dmlshim | transparency |",
              "|---|---|---|---|---|---|"]
     seconds = []
     for path in sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json")), reverse=True):
