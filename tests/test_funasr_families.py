@@ -173,7 +173,10 @@ def test_shim_runs_whisper_with_the_cpu_transcript(model_dir, dml_device, defaul
     got = transcribe(load(model_dir, "whisper", dml_device), "whisper")
     figures = parity.compare_transcripts(got["text"], ref["text"], None, None)
     assert figures.within(profile), f"{figures}\n  device: {got['text']}\n  cpu:    {ref['text']}"
-    assert figures.tokens > 10
+    # not an empty decode; its length is not the model's to keep: the random tiny model's
+    # greedy decode usually runs to its 31-token cap, but once ended at 3 tokens on the CPU
+    # and the device alike (a near tie in the CPU reference itself, 2.4.1 CI run)
+    assert figures.tokens > 0
 
 
 def emotion_scores(model_dir, device):
