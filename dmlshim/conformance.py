@@ -622,7 +622,7 @@ def summarize(collected: Collected, results: Dict[str, List[Result]]) -> dict:
 def _counts(rs: List[Result]) -> dict:
     counts = Counter(r.cls for r in rs)
     compared = len(rs) - counts["nondeterministic"]
-    parity = counts["match"] + counts["close"]
+    parity = _parity(counts)
     return {"compared": compared, "match": counts["match"], "close": counts["close"],
             "rate": parity / compared if compared else 0.0,
             "exact_rate": counts["match"] / compared if compared else 0.0,
@@ -641,9 +641,8 @@ def format_table(summary: dict) -> str:
         if any(n for n, _ in cells) or cls == "match":
             lines.append(f"{cls:<18}" + "".join(f"{n:>8} {_pct(n, c):>7}" for n, c in cells))
     lines.append(f"{'compared':<18}" + "".join(f"{summary['modes'][m]['compared']:>16}" for m in modes))
-    lines.append(f"{'parity':<18}" + "".join(
-        f"{_parity(summary['modes'][m]):>8} {_pct(_parity(summary['modes'][m]), summary['modes'][m]['compared']):>7}"
-        for m in modes))
+    parity = [(_parity(summary["modes"][m]), summary["modes"][m]["compared"]) for m in modes]
+    lines.append(f"{'parity':<18}" + "".join(f"{n:>8} {_pct(n, c):>7}" for n, c in parity))
     lines.append(f"{'skipped: nondet.':<18}"
                  + "".join(f"{summary['modes'][m]['classes'].get('nondeterministic', 0):>16}"
                            for m in modes))
@@ -658,9 +657,10 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _parity(counts: dict) -> int:
-    """Samples at parity with the CPU: exact matches and ``close`` ones."""
-    return counts["match"] + counts.get("close", 0)
+def _parity(counts) -> int:
+    """Samples at parity with the CPU (:data:`PARITY`: exact matches and ``close`` ones) in
+    a mode's or group's counts, or in a ``Counter`` of classes."""
+    return sum(counts.get(cls, 0) for cls in PARITY)
 
 
 def format_details(cases: List[Case], results: Dict[str, List[Result]]) -> str:
