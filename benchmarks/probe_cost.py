@@ -141,7 +141,6 @@ _FIRST = ("import time, dmlshim; from dmlshim import emulation; emulation.instal
 
 def first_activate_rows(repeats):
     """The first ``activate()`` of a process, interleaved: probing ``auto`` and ``off``."""
-    import statistics
     import subprocess
 
     variants = {"probe auto": None, "probe off": "off"}
@@ -154,7 +153,7 @@ def first_activate_rows(repeats):
             out = subprocess.run([sys.executable, "-c", _FIRST], env=env, capture_output=True,
                                  text=True, check=True, timeout=600).stdout
             samples[name].append(float(out.split()[-1]))
-    timings = {name: timing.Timing(min(s), statistics.median(s), repeats) for name, s in samples.items()}
+    timings = {name: timing.Timing.of(s) for name, s in samples.items()}
     return timing.rows("first activate() in a fresh process, emulated device", timings,
                        baseline="probe off")
 

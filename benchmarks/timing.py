@@ -18,6 +18,11 @@ class Timing:
     median_s: float
     repeats: int
 
+    @classmethod
+    def of(cls, samples):
+        """The timing of a list of per-call times (seconds)."""
+        return cls(min(samples), statistics.median(samples), len(samples))
+
 
 def measure(funcs, *, repeats=15, warmup=2, number=1, setup=None):
     """Time zero-argument callables ``{variant: fn}``, interleaved.
@@ -38,7 +43,7 @@ def measure(funcs, *, repeats=15, warmup=2, number=1, setup=None):
     for _ in range(repeats):
         for name, timer in timers.items():
             samples[name].append(timer.timeit(number) / number)
-    return {name: Timing(min(s), statistics.median(s), repeats) for name, s in samples.items()}
+    return {name: Timing.of(s) for name, s in samples.items()}
 
 
 def traced(fn):
