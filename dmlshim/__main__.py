@@ -12,6 +12,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import check, conformance, doctor, run
+from .realdml import cli as realdml_cli
 
 
 def _info_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +86,8 @@ COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "conformance": ("run PyTorch's OpInfo samples on the emulated DirectML device, raw and "
                     "with dmlshim; count those that match the CPU, by failure class",
                     conformance.add_arguments, conformance.main),
+    "realdml": ("build and use the real torch-directml 0.2.5 on Linux without a GPU: "
+                "build | run -- CMD | env | info", realdml_cli.add_arguments, realdml_cli.main),
 }
 
 
