@@ -19,7 +19,7 @@ STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
 
-.PHONY: setup test demo bench conformance docs clean
+.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml demo-realdml
 
 setup: $(STAMP)
 
@@ -53,6 +53,43 @@ demo: setup
 	$(PY) examples/funasr_transcribe.py --device emulated --compare-cpu --hotword "天气 公园"
 	$(PY) examples/funasr_vad.py --device emulated
 
+# The real torch-directml 0.2.5 binary on Linux, no GPU (docs/realdml.md): the 2.4.1 lane's
+# packages seen through .venv-realdml (a .pth, no second copy of torch), torch-directml's wheel,
+# and the stack built from REALDML_SOURCES into the user cache (seconds once built).
+REALDML_SOURCES ?= ../shared/realdml
+REALDML_VENV    := .venv-realdml
+REALDML_PY      := $(REALDML_VENV)/bin/python
+REALDML_RUN     := $(REALDML_PY) -m dmlshim realdml run --
+# REALDML_TESTS: what make test-realdml runs on the real device (default: the whole suite)
+REALDML_TESTS   ?= tests
+LANE_2.4.1      := .venv-torch2.4.1
+
+# The build tools (docs/realdml.md); apt-get only where one is missing.
+realdml-deps:
+	command -v meson && command -v x86_64-w64-mingw32-widl && command -v glslangValidator \
+	    && test -f /usr/include/vulkan/vulkan.h && command -v patch || \
+	    { apt-get update && apt-get install -y --no-install-recommends \
+	      meson ninja-build mingw-w64-tools glslang-tools pkg-config g++ patch libvulkan-dev; }
+
+realdml: realdml-deps
+	$(MAKE) setup TORCH_VERSION=2.4.1
+	test -x $(REALDML_PY) || $(PYTHON) -m venv $(REALDML_VENV)
+	echo "import site; site.addsitedir('$$($(LANE_2.4.1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+	    > "$$($(REALDML_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dmlshim_lane_2_4_1.pth"
+	PIP_CONSTRAINT=$(CURDIR)/$(LANE_2.4.1)/constraints.txt $(REALDML_PY) -m pip install -q --no-deps \
+	    "torch-directml==0.2.5.dev240914"
+	$(REALDML_PY) -m dmlshim realdml build --sources $(REALDML_SOURCES)
+	$(REALDML_PY) -m dmlshim realdml info
+
+# The suite with the real DirectML device as the test device, held to the "device" profile;
+# emulator-only tests (injected Rules) are skipped with their reason.
+test-realdml: realdml
+	$(REALDML_RUN) env DMLSHIM_TEST_DEVICE=directml $(REALDML_PY) -m pytest -q $(REALDML_TESTS)
+
+demo-realdml: realdml
+	$(REALDML_RUN) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
+	$(REALDML_RUN) $(REALDML_PY) examples/funasr_vad.py --device directml
+
 # BENCH_ARGS: e.g. --quick, --only funasr_bench, --markdown (see benchmarks/run.py -h)
 bench: setup
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
@@ -68,4 +105,4 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis site
+	rm -rf $(VENV) $(if $(filter 2.4.1,$(TORCH_VERSION)),$(REALDML_VENV)) .pytest_cache .hypothesis site
