@@ -8,12 +8,12 @@ is given a Direct3D 12 and a DXCore::
       -> libdxcore.so  stand-in with one adapter
       -> Vulkan loader -> Mesa 25 lavapipe (a CPU Vulkan driver) or any other Vulkan driver
 
-``sources`` finds and checks the inputs, ``build`` builds the stack once into the user cache,
+``sources`` finds and checks the inputs, ``build.build()`` builds the stack once into the user cache,
 ``stack`` gives the environment a process runs under, and ``cli`` is the command line. The
 facts behind each step are in ``../shared/realdml/README.md`` and ``docs/realdml.md``.
 """
 from .sources import SourceError
-from .build import BuildError, MissingTool, build
+from .build import BuildError, MissingTool
 from .stack import NoBuild, Stack, current
 
-__all__ = ["build", "current", "Stack", "SourceError", "BuildError", "MissingTool", "NoBuild"]
+__all__ = ["current", "Stack", "SourceError", "BuildError", "MissingTool", "NoBuild"]
