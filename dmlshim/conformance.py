@@ -307,8 +307,11 @@ def _same(a, b) -> bool:
 
 # ---------------------------------------------------------------- running on the device
 
-def run_mode(cases: List[Case], mode: str, progress: bool = False) -> List[Result]:
-    """Run every case on the emulated device in ``mode`` (``"raw"`` or ``"shim"``).
+def run_mode(cases: List[Case], mode: str, progress: bool = False, device: str = "emulated") -> List[Result]:
+    """Run every case on ``device`` in ``mode`` (``"raw"`` or ``"shim"``).
+
+    ``device`` is ``"emulated"`` (:mod:`dmlshim.emulation`, installed here) or ``"directml"``
+    (torch-directml's device 0: a real GPU, or the real binary under ``realdml run``).
 
     ``"shim"`` activates dmlshim (fallback ``"auto"``, no trace) for the run and
     deactivates it afterwards; a shim that was active before is deactivated first.
@@ -319,16 +322,15 @@ def run_mode(cases: List[Case], mode: str, progress: bool = False) -> List[Resul
         one :class:`Result` per case, in order.
 
     Raises:
-        ValueError: an unknown mode.
+        ValueError: an unknown mode or device.
         RuntimeError: the emulated device cannot be installed (see
-            ``dmlshim.emulation.install``).
+            ``dmlshim.emulation.install``), or torch-directml has no device.
     """
     if mode not in (*MODES, TRANSPARENCY):
         raise ValueError(f"mode {mode!r}; allowed: {', '.join((*MODES, TRANSPARENCY))}")
     import dmlshim
-    from dmlshim import emulation
 
-    device = emulation.install()
+    device = target_device(device)
     dmlshim.deactivate()
     results = []
     run = run_sample if mode != TRANSPARENCY else run_on_cpu
@@ -337,6 +339,22 @@ def run_mode(cases: List[Case], mode: str, progress: bool = False) -> List[Resul
             _forget()
             results.append(run(case, device))
     return results
+
+
+def target_device(kind: str) -> torch.device:
+    """The device conformance runs on: ``"emulated"`` or ``"directml"`` (torch-directml's 0)."""
+    if kind == "emulated":
+        from dmlshim import emulation
+
+        return emulation.install()
+    if kind == "directml":
+        from dmlshim import devices
+
+        if not devices.available("directml"):
+            raise RuntimeError("--device directml: torch-directml has no device here (on Linux: "
+                               "run under `python -m dmlshim realdml run --`)")
+        return devices.select_device("directml")
+    raise ValueError(f"device {kind!r}; allowed: emulated, directml")
 
 
 def run_on_cpu(case: Case, device=None) -> Result:
@@ -733,6 +751,14 @@ def write_json(data: dict, path: str) -> None:
 
 # ---------------------------------------------------------------- command line
 
+def _device_words(kind: str) -> str:
+    if kind == "emulated":
+        return "emulated DirectML device"
+    if os.environ.get("DMLSHIM_REALDML"):
+        return "real torch-directml binary on the realdml stack (vkd3d-proton, lavapipe)"
+    return "DirectML device (torch-directml)"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ops", metavar="REGEX", help="only OpInfos whose name matches (re.search)")
     parser.add_argument("--dtypes", default=",".join(DTYPES),
@@ -742,6 +768,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("raw", "shim", "both", TRANSPARENCY, "all"), default="all",
                         help="raw (no dmlshim), shim (dmlshim.activate()), both, transparency "
                              "(on the CPU with dmlshim against the CPU without) or all (default)")
+    parser.add_argument("--device", choices=("emulated", "directml"), default="emulated",
+                        help="the DirectML device: emulated (default) or directml (torch-directml's "
+                             "device: a real GPU, or the real binary under `realdml run`)")
     parser.add_argument("--modules", metavar="REGEX", default="",
                         help="transparency: only ModuleInfos whose name matches (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write counts and per-sample records to PATH")
@@ -773,7 +802,8 @@ def main(args: argparse.Namespace) -> int:
             results = {}
             for mode in modes:
                 start = time.perf_counter()
-                results[mode] = run_mode(op_cases if mode in MODES else collected.cases, mode, progress)
+                results[mode] = run_mode(op_cases if mode in MODES else collected.cases, mode, progress,
+                                         args.device)
                 seconds[mode] = round(time.perf_counter() - start, 1)
     except (ValueError, re.error) as exc:
         print(f"python -m dmlshim conformance: error: {exc}", file=sys.stderr)
@@ -783,7 +813,7 @@ def main(args: argparse.Namespace) -> int:
         print("python -m dmlshim conformance: internal error", file=sys.stderr)
         return 2
     summary = summarize(collected, results)
-    print(f"OpInfo conformance on the emulated DirectML device, torch {torch.__version__}: "
+    print(f"OpInfo conformance on the {_device_words(args.device)}, torch {torch.__version__}: "
           f"{summary['total']} samples the CPU accepts ({', '.join(dtypes)}; first "
           f"{args.samples} per OpInfo and dtype); seconds: "
           + ", ".join(f"{k} {v}" for k, v in seconds.items()))
@@ -791,7 +821,7 @@ def main(args: argparse.Namespace) -> int:
     if args.verbose:
         print(format_details(collected.cases, results))
     if args.json:
-        options = {"ops": args.ops, "modules": args.modules, "dtypes": dtypes,
+        options = {"ops": args.ops, "modules": args.modules, "dtypes": dtypes, "device": args.device,
                    "samples": args.samples, "modes": modes}
         write_json(to_json(collected, results, summary, seconds, options), args.json)
     gated = "shim" if "shim" in modes else modes[0]
