@@ -200,7 +200,7 @@ def test_json_and_exit_status(tmp_path, capsys):
     assert "match" in printed and "[raw] abort" in printed and "fft.fft" in printed
     data = json.loads(path.read_text())
     assert data["torch"] == torch.__version__
-    assert data["options"] == {"ops": r"^(add|fft\.fft)$", "modules": "", "dtypes": ["float32"],
+    assert data["options"] == {"ops": r"^(add|fft\.fft)$", "modules": "", "dtypes": ["float32"], "device": "emulated",
                                "samples": 4, "modes": ["raw", "shim"]}
     assert data["total"] == 8 and set(data["seconds"]) == {"cpu", "raw", "shim"}
     for mode in ("raw", "shim"):
