@@ -36,7 +36,7 @@ def cases():
 
 def main():
     args = timing.arg_parser(__doc__.splitlines()[0]).parse_args()
-    args.json = args.json or timing.lane_results_path("no_device")
+    timing.default_json(args, "no_device")
     import dmlshim
     from dmlshim import patches, probing
 

@@ -141,10 +141,12 @@ def results_path(name):
     return os.path.join(folder, name)
 
 
-def lane_results_path(name):
-    """``benchmarks/results/<name>-torch<version>.json``: one results file per torch lane."""
+def default_json(args, name):
+    """``args.json`` unless given: ``benchmarks/results/<name>-torch<version>.json``, one
+    results file per torch lane; none for a ``--quick`` run (it would replace the figures)."""
     import torch
-    return results_path(f"{name}-torch{torch.__version__.split('+')[0]}.json")
+    if args.json is None and not args.quick:
+        args.json = results_path(f"{name}-torch{torch.__version__.split('+')[0]}.json")
 
 
 def emulated_extra():
