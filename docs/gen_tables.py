@@ -46,8 +46,8 @@ def _table(kind, arg):
         return conformance_groups_table()
     if kind == "bench" and arg:
         return bench_table(arg)
-    if kind in ("headline", "no_device") and arg is None:
-        return headline_table() if kind == "headline" else no_device_table()
+    if kind in _NAMED and arg is None:
+        return _NAMED[kind]()
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''}: allowed: 'conformance', "
                      "'conformance groups', 'bench FILE.json', 'headline', 'no_device'")
 
@@ -253,7 +253,7 @@ def _no_device_figure(d):
 
 
 def _device_figure(d):
-    found = _min_ratios(d, "activate()", "shim off",
+    found = _min_ratios(d, ACTIVATE, "shim off",
                         lambda c: c.startswith("device:") and "[wrapper only]" not in c)
     return "; ".join(f"`{case[len('device: '):].split(' (')[0]}` {_us(a)} ({_ratio(r)})"
                      for case, (r, a) in found.items())
@@ -313,6 +313,9 @@ def no_device_table():
     installed = "; ".join(f"{_lane(d)}: {', '.join(d['extra']['installed']) or 'nothing'}" for _, d in lanes)
     return "\n".join(lines) + (f"\n\nInstalled by `activate()` ({installed}). From "
                                + "; ".join(_source(n, d) for n, d in lanes) + ".")
+
+
+_NAMED = {"headline": headline_table, "no_device": no_device_table}   # markers without a file
 
 
 if __name__ == "__main__":
