@@ -213,8 +213,7 @@ def main():
     parser.add_argument("--candidates", action="store_true",
                         help="also time the mechanisms considered (the table in dispatcher.py)")
     args = parser.parse_args()
-    if args.json is None:
-        args.json = timing.results_path(f"dispatcher_overhead-torch{torch.__version__.split('+')[0]}.json")
+    timing.default_json(args, "dispatcher_overhead")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")     # (a) and (c) re-register kernels each round
     dmlshim.deactivate()

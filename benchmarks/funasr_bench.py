@@ -53,6 +53,7 @@ def main():
                         help="torch CPU threads for every variant (default %(default)s; 1 is "
                              "steadier on a shared machine)")
     args = parser.parse_args()
+    timing.default_json(args, "funasr_bench")
     size = args.size or ("tiny" if args.quick else "real")
     repeats = 2 if args.quick else args.repeats
     ncpu = args.threads

@@ -51,6 +51,7 @@ def main():
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch CPU threads for every variant (default %(default)s)")
     args = parser.parse_args()
+    timing.default_json(args, "gfpgan_bench")
     size = args.size or (128 if args.quick else 512)
     repeats = 2 if args.quick else args.repeats
     torch.set_num_threads(args.threads)

@@ -18,7 +18,7 @@
    copies weigh more against the LSTM's own compute.
 
 Run: ``python benchmarks/shim_overhead.py [--quick] [--json PATH] [--threads N]`` (the JSON goes to
-``benchmarks/results/shim_overhead.json`` by default).
+``benchmarks/results/shim_overhead-torch<version>.json`` by default).
 """
 import os
 import sys
@@ -204,8 +204,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: stable ratios on a shared machine)")
     args = parser.parse_args()
-    if args.json is None:
-        args.json = timing.results_path("shim_overhead.json")
+    timing.default_json(args, "shim_overhead")
     torch.set_num_threads(args.threads)
     dev = emulation.install()
     rows = pass_through(dev, args.quick) + decision_cost(dev, args.quick)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Optional
+from typing import Callable, Optional
 
 from . import config as _config
+from . import devices as _devices
 from . import patches as _patches
 from . import probing as _probing
 from . import trace as _trace
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 _lock = threading.RLock()
 _ctx: Optional[_patches.Context] = None
 _cfg: Optional[_config.Config] = None
+_stop_waiting: Optional[Callable[[], None]] = None     # cancels the wait for a device
 
 
 def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str] = None) -> None:
@@ -41,17 +43,19 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
             ``DMLSHIM_FALLBACK``.
 
     The target device is probed first (``dmlshim.probing``, ``DMLSHIM_PROBE``): only the
-    fixes of defects it shows, plus the static ones (bf16, complex), are installed;
-    with no device present, none.  The environment (``DMLSHIM_TRACE``,
-    ``DMLSHIM_FALLBACK``, ``DMLSHIM_DEVICE`` / ``INFERENCE_DEVICE``, ``DMLSHIM_PROBE``)
-    is read now, at call time.  Calling again while active does
-    nothing (with a warning when the settings differ).
+    fixes of defects it shows, plus the static ones (bf16, complex), are installed.
+    With no device present nothing is installed that a call passes through (only
+    basicsr's module alias, ``Patch.anywhere``); a device that appears later
+    (``dmlshim.emulation.install()``) is probed then and gets its fixes.  The
+    environment (``DMLSHIM_TRACE``, ``DMLSHIM_FALLBACK``, ``DMLSHIM_DEVICE`` /
+    ``INFERENCE_DEVICE``, ``DMLSHIM_PROBE``) is read now, at call time.  Calling again
+    while active does nothing (with a warning when the settings differ).
 
     Raises:
         ValueError: a bad argument or environment value; the message names the variable
             and the allowed values.
     """
-    global _ctx, _cfg
+    global _ctx, _cfg, _stop_waiting
     cfg = _config.from_env(target, trace=trace, fallback=fallback)
     with _lock:
         if _ctx is not None:
@@ -63,19 +67,46 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
         detection = _probing.detect(cfg.target, cfg.probe)
         _trace.start(cfg.trace)
         _ctx = _patches.Context(target=cfg.target, fallback=cfg.fallback, fixes=detection.fixes,
-                                gated=_probing.gated(detection.defects))
+                                gated=_probing.gated(detection.defects), present=_present(detection))
         _cfg = cfg
         _patches.install_all(_ctx)
+        if not _ctx.present:
+            _stop_waiting = _devices.when_added(_device_added)
+
+
+def _present(detection) -> bool:
+    """A target device was found, or ``DMLSHIM_PROBE=off`` asked for every fix anyway."""
+    return detection.device is not None or detection.fixes is None
+
+
+def _device_added() -> None:
+    """A device appeared after an ``activate()`` that found none: probe it and install
+    what it needs, as that ``activate()`` would have (``devices.when_added``)."""
+    global _stop_waiting
+    with _lock:
+        ctx = _ctx
+        if ctx is None or ctx.present:
+            return
+        detection = _probing.detect(ctx.target, _cfg.probe)
+        if not _present(detection):
+            return                                   # not a device of the target type
+        ctx.fixes, ctx.present = detection.fixes, True
+        _stop_waiting()
+        _stop_waiting = None
+        _patches.install_all(ctx)
 
 
 def deactivate() -> None:
     """Remove every patch: each patched attribute is the original object again (only
     attributes that still hold dmlshim's wrapper are touched; the rest warn).  Stats
     are kept; tracing stops."""
-    global _ctx, _cfg
+    global _ctx, _cfg, _stop_waiting
     with _lock:
         if _ctx is None:
             return
+        if _stop_waiting is not None:
+            _stop_waiting()
+            _stop_waiting = None
         _ctx.active = False
         _patches.uninstall_all()
         _trace.stop()

@@ -52,7 +52,7 @@ def info(args: argparse.Namespace) -> int:
     if data["settings"]:
         st = data["settings"]
         print(f"active         yes (target={st['target']}, fallback={st['fallback']}, "
-              f"trace={st['trace'] or 'off'}): {', '.join(data['installed_patches'])}")
+              f"trace={st['trace'] or 'off'}): {', '.join(data['installed_patches']) or 'no patch'}")
     else:
         print("active         no")
     print("\n".join(trace.defect_lines(data["defects"])))

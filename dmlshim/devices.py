@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, Dict, List, Optional
+import threading
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -62,6 +63,32 @@ def _emulation() -> Optional[Any]:
     """``dmlshim.emulation`` when it is installed in this process (never imported here)."""
     emulation = sys.modules.get("dmlshim.emulation")
     return emulation if emulation is not None and emulation.is_installed() else None
+
+
+_watch_lock = threading.Lock()
+_watchers: List[Callable[[], None]] = []
+
+
+def when_added(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback()`` each time a DirectML device appears in this process (today:
+    the first ``dmlshim.emulation.install()``) until the returned function cancels it.
+    An ``activate()`` that found no device waits this way: at no cost per torch call."""
+    with _watch_lock:
+        _watchers.append(callback)
+
+    def cancel() -> None:
+        with _watch_lock:
+            if callback in _watchers:
+                _watchers.remove(callback)
+    return cancel
+
+
+def added() -> None:
+    """A DirectML device has appeared: run every ``when_added`` callback."""
+    with _watch_lock:
+        waiting = list(_watchers)
+    for callback in waiting:
+        callback()
 
 
 def _make(kind: str, index: Optional[int]) -> torch.device:

@@ -5,9 +5,14 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: conformance -->             the OpInfo conformance summary, one row per torch lane
     <!-- results: conformance groups -->      matches per dtype group and mode, rows per lane
     <!-- results: bench FILE.json -->         every row of one benchmark results file
+    <!-- results: headline -->                the four figures a user asks for first, per lane
+    <!-- results: no_device -->               CPU calls before/after activate() with no device
 
 Run alone, ``python docs/gen_tables.py PAGE.md`` prints the page with its tables filled in.
 A marker naming a missing file, or an unknown marker, stops the build (ValueError).
+README.md, which GitHub shows as it is, holds its tables between ``<!-- generated: KIND -->``
+and ``<!-- end generated -->``; ``python docs/gen_tables.py --write README.md`` refills
+them (tests/test_docs.py checks that they are current).
 """
 import glob
 import json
@@ -21,11 +26,17 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 # The classes at parity with the CPU (dmlshim.conformance.PARITY; the hook imports no dmlshim)
 PARITY = ("match", "close")
 MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))? -->$", re.M)
+REGION = re.compile(r"^(<!-- generated: (\w+)(?: (\S+))? -->\n).*?^(<!-- end generated -->)$", re.M | re.S)
 
 
 def on_page_markdown(markdown, page=None, config=None, files=None):
     """mkdocs hook: fill in every results marker of a page."""
     return MARKER.sub(lambda m: _table(m.group(1), m.group(2)), markdown)
+
+
+def refresh(text):
+    """``text`` with every generated region filled in again from the results files."""
+    return REGION.sub(lambda m: f"{m.group(1)}\n{_table(m.group(2), m.group(3))}\n\n{m.group(4)}", text)
 
 
 def _table(kind, arg):
@@ -35,8 +46,10 @@ def _table(kind, arg):
         return conformance_groups_table()
     if kind == "bench" and arg:
         return bench_table(arg)
-    raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''}: "
-                     "allowed: 'conformance', 'conformance groups', 'bench FILE.json'")
+    if kind in _NAMED and arg is None:
+        return _NAMED[kind]()
+    raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''}: allowed: 'conformance', "
+                     "'conformance groups', 'bench FILE.json', 'headline', 'no_device'")
 
 
 def _load(name):
@@ -170,14 +183,149 @@ def bench_table(name):
         for b in d["results"]:
             out += ["", f"**{b['benchmark']}** ({b.get('wall_s', 0):.0f} s)", "", _rows_table(b["rows"])]
         return "\n".join(out)
-    extra = d.get("extra", {})
-    torch = extra.get("torch", "not recorded in the file")
-    return "\n".join([f"`{name}` (committed {_committed(name)}; torch {torch}):", "",
-                      _rows_table(d["rows"])])
+    return "\n".join([f"{_source(name, d)}, torch {_lane(d)}:", "", _rows_table(d["rows"])])
+
+
+# ------------------------------------------------------------------ the headline figures
+# Variant names of the scripts read here (benchmarks/no_device.py, shim_overhead.py,
+# rnn_routes.py, funasr_bench.py, gfpgan_bench.py).
+NO_ACTIVATE, ACTIVATE = "no activate()", "activate()"
+
+
+def _lanes(prefix):
+    """``[(file name, data)]`` for ``benchmarks/results/<prefix>-torch<version>.json``,
+    newest torch first; ValueError when there is none."""
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(RESULTS, f"{prefix}-torch*.json"))]
+    if not names:
+        raise ValueError(f"docs: no results file {prefix}-torch<version>.json in {RESULTS}")
+    names.sort(key=lambda n: [int(x) for x in re.search(r"torch([\d.]+)\.json$", n).group(1).split(".")],
+               reverse=True)
+    return [(n, _load(n)) for n in names]
+
+
+def _source(name, d):
+    """A figure's file, with its date and machine (the commit date for older files)."""
+    m = d.get("machine")
+    if m:
+        return f"`{name}`, {m['date'][:10]}, {m['cpu']} ({m['cores']} cores)"
+    return f"`{name}`, committed {_committed(name)}, machine not recorded"
+
+
+def _lane(d):
+    return (d.get("machine") or {}).get("torch") or d.get("extra", {}).get("torch", "not recorded")
+
+
+def _rows(d):
+    """``{(case, variant): row}`` of one results file."""
+    return {(r["case"], r["variant"]): r for r in d["rows"]}
+
+
+def _cases(d, keep=lambda case: True):
+    return list(dict.fromkeys(r["case"] for r in d["rows"] if keep(r["case"])))
+
+
+def _span(values, fmt):
+    """``fmt`` of the smallest and largest value, or of one when they read the same."""
+    low, high = fmt(min(values)), fmt(max(values))
+    return low if low == high else f"{low} to {high}"
+
+
+def _ratio(x):
+    return f"{x:.2f}x"
+
+
+def _us(x):
+    return f"{x:+.2f} µs".replace("-0.00", "+0.00")
+
+
+def _min_ratios(d, variant, baseline, keep=lambda case: True):
+    """``{case: (min ratio, µs added per call)}`` of ``variant`` against ``baseline``."""
+    rows = _rows(d)
+    return {c: (rows[c, variant]["min_s"] / rows[c, baseline]["min_s"],
+                (rows[c, variant]["min_s"] - rows[c, baseline]["min_s"]) * 1e6) for c in _cases(d, keep)}
+
+
+def _no_device_figure(d):
+    found = _min_ratios(d, ACTIVATE, NO_ACTIVATE).values()
+    installed = ", ".join(d["extra"]["installed"]) or "nothing"
+    return (f"{_span([r for r, _ in found], _ratio)} ({_span([a for _, a in found], _us)} per call, "
+            f"minimum of {d['rows'][0]['repeats']} × {d['extra']['number']:,}); installed: {installed}")
+
+
+def _device_figure(d):
+    found = _min_ratios(d, ACTIVATE, "shim off",
+                        lambda c: c.startswith("device:") and "[wrapper only]" not in c)
+    return "; ".join(f"`{case[len('device: '):].split(' (')[0]}` {_us(a)} ({_ratio(r)})"
+                     for case, (r, a) in found.items())
+
+
+def _lstm_figure(d):
+    found = _min_ratios(d, "aten kernel", "cpu", lambda c: c.startswith("LSTM("))
+    return "; ".join(f"{case}: {_ratio(r)}" for case, (r, _) in found.items())
+
+
+def _model_figure(d, cases=None):
+    rows, extra = _rows(d), d["extra"]
+    same = all(c["identical_to_cpu"] for c in extra["cases"].values()) if "cases" in extra \
+        else extra["identical_to_cpu"]
+    return "; ".join(f"{case}: {_ratio(rows[case, 'emulated+shim']['ratio'])}" for case in cases or _cases(d)) \
+        + ("; output identical to the CPU's" if same else "; OUTPUT DIFFERS from the CPU's")
+
+
+# (what, where it comes from, figure(data)), in the order a user asks
+HEADLINE = (
+    ("No DirectML device: CPU `mul`, `add`, `cat`, `relu`, `matmul`, `linear` (64 floats) after "
+     "`activate()` against before", "no_device", _no_device_figure),
+    ("Device calls with nothing to fix: `activate()` against inactive (minimum)", "shim_overhead",
+     _device_figure),
+    ("LSTM on the device (a CPU round trip, cached weights) against the CPU (minimum)", "rnn_routes",
+     _lstm_figure),
+    ("FunASR paraformer-zh size (247M), device + shim against the CPU (median)", "funasr_bench",
+     lambda d: _model_figure(d, ("5s", "11s"))),
+    ("GFPGANv1Clean 512×512, device + shim against the CPU (median)", "gfpgan_bench", _model_figure),
+)
+
+
+def headline_table():
+    """The four figures a user asks for first, one row per torch lane, each with its
+    results file, date and machine."""
+    lines = ["| figure | torch | value | from |", "|---|---|---|---|"]
+    for what, prefix, figure in HEADLINE:
+        for i, (name, d) in enumerate(_lanes(prefix)):
+            lines.append("| " + " | ".join(_cell(x) for x in (
+                what if i == 0 else "", _lane(d), figure(d), _source(name, d))) + " |")
+    return "\n".join(lines)
+
+
+def no_device_table():
+    """``benchmarks/no_device.py`` per op and lane: minimum before and after ``activate()``."""
+    lanes = _lanes("no_device")
+    lines = ["| call (CPU, 64 floats) | " + " | ".join(f"torch {_lane(d)}" for _, d in lanes) + " |",
+             "|---" * (1 + len(lanes)) + "|"]
+    for case in _cases(lanes[0][1]):
+        cells = []
+        for _, d in lanes:
+            rows = _rows(d)
+            before, after = rows[case, NO_ACTIVATE]["min_s"], rows[case, ACTIVATE]["min_s"]
+            cells.append(f"{_time(before)} → {_time(after)} ({_ratio(after / before)}, "
+                         f"{_us((after - before) * 1e6)})")
+        lines.append("| " + " | ".join(_cell(x) for x in [f"`{case}`", *cells]) + " |")
+    installed = "; ".join(f"{_lane(d)}: {', '.join(d['extra']['installed']) or 'nothing'}" for _, d in lanes)
+    return "\n".join(lines) + (f"\n\nInstalled by `activate()` ({installed}). From "
+                               + "; ".join(_source(n, d) for n, d in lanes) + ".")
+
+
+_NAMED = {"headline": headline_table, "no_device": no_device_table}   # markers without a file
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python docs/gen_tables.py PAGE.md")
-    with open(sys.argv[1], encoding="utf-8") as f:
-        print(on_page_markdown(f.read()))
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        with open(sys.argv[2], encoding="utf-8") as f:
+            text = f.read()
+        with open(sys.argv[2], "w", encoding="utf-8") as f:
+            f.write(refresh(text))
+    elif len(sys.argv) == 2:
+        with open(sys.argv[1], encoding="utf-8") as f:
+            print(on_page_markdown(f.read()))
+    else:
+        sys.exit("usage: python docs/gen_tables.py PAGE.md | --write README.md")

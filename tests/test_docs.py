@@ -85,3 +85,16 @@ def test_result_tables_come_from_the_json_files():
         gen.on_page_markdown("<!-- results: bench no-such-file.json -->")
     with pytest.raises(ValueError, match="unknown results marker"):
         gen.on_page_markdown("<!-- results: shoes -->")
+
+
+def test_readme_and_performance_figures_are_generated_and_current():
+    gen = _gen_tables()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert [m.group(2) for m in gen.REGION.finditer(readme)] == ["headline"]
+    assert gen.refresh(readme) == readme, \
+        "README.md's generated tables are stale: run python docs/gen_tables.py --write README.md"
+    page = (DOCS / "performance.md").read_text(encoding="utf-8")
+    assert page.index("<!-- results: headline -->") < page.index("<!-- results: no_device -->")
+    headline = gen.headline_table()
+    for prefix in ("no_device", "shim_overhead", "rnn_routes", "funasr_bench", "gfpgan_bench"):
+        assert f"`{prefix}-torch" in headline, prefix

@@ -342,6 +342,8 @@ torchvision_ops.apply()       # this machine's CUDA-only torchvision; imports no
 for step in {steps!r}:
     if step == "dmlshim":
         import dmlshim
+        from dmlshim import emulation
+        emulation.install()       # a DirectML device: with none, activate() installs no fix
         dmlshim.activate()
     else:
         __import__(step)

@@ -27,6 +27,7 @@ from typing import Iterable, Optional
 
 import torch
 
+from .. import devices
 from . import _backend, _state, fused_rnn, gpu_numerics, localized
 from .routing import route
 from .rules import FatalDirectMLError, Rule, default_rules
@@ -46,6 +47,9 @@ def install() -> torch.device:
     Returns:
         ``torch.device("privateuseone:0")``.
 
+    The first call also tells ``dmlshim.devices.added()`` that a device appeared: a
+    ``dmlshim.activate()`` that found none probes it and installs its fixes then.
+
     The first call in a process binds the device to torch (:func:`binding`):
     a small C++ extension, compiled on first use (about 30 s with g++ and
     ninja, then cached in ``~/.cache/torch_extensions``), or, on torch >= 2.5
@@ -61,12 +65,15 @@ def install() -> torch.device:
     """
     global _installed
     with _lock:
-        if not _installed:
+        first = not _installed
+        if first:
             _backend.register(_state.policy)
             fused_rnn.register()
             _installed = True
             if os.environ.get("DMLSHIM_EMULATION_NUMERICS"):
                 _state.set_config(dataclasses.replace(_state.config, numerics=_numerics(None)))
+    if first:
+        devices.added()          # an activate() that found no device installs its fixes now
     return _backend.DEVICE
 
 

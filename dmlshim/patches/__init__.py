@@ -38,13 +38,16 @@ class Patch:
     (empty = install at ``activate()``).  ``modes``: the ``fallback`` modes it is
     installed in.  In ``"off"`` the ``PatchSet.intercept`` wrappers only observe and
     trace (they fix nothing), so patches built on ``intercept`` may stay listed there.
+    ``anywhere``: installed with no target device too, because no call passes through
+    it (a module alias); every other patch waits until a device appears
+    (``Context.present``), so a CPU-only or CUDA machine pays nothing per call.
     """
 
     name: str
     doc: str
     imports: Tuple[str, ...] = ()
     modes: Tuple[str, ...] = ("auto", "known")
-
+    anywhere: bool = False
 
 
 REGISTRY: Tuple[Patch, ...] = (
@@ -73,7 +76,7 @@ REGISTRY: Tuple[Patch, ...] = (
     # place before basicsr's own import line runs, so it triggers on torchvision.
     Patch("basicsr", "basicsr 1.4.2 imports torchvision.transforms.functional_tensor, removed in "
                      "torchvision 0.17 (tdml 0.2.5 pins 0.19.1, failure_modes.md #37): alias it",
-          imports=("torchvision",)),
+          imports=("torchvision",), anywhere=True),
     Patch("facexlib", "facexlib's device defaults know only CUDA: calls without device= get "
                       "select_device()", imports=("facexlib",)),
     Patch("gfpgan", "GFPGANer device default; StyleGAN2 noise from the CPU generator (no device "
@@ -106,7 +109,7 @@ REGISTRY: Tuple[Patch, ...] = (
 
 _lock = threading.RLock()
 _installed: Dict[str, object] = {}          # name -> imported patch module
-_cancels: List[Callable[[], None]] = []
+_waiting: Dict[str, List[Callable[[], None]]] = {}   # lazy patch name -> cancels of its hooks
 
 
 def _install(patch: Patch, ctx: Context) -> None:
@@ -118,25 +121,34 @@ def _install(patch: Patch, ctx: Context) -> None:
         _installed[patch.name] = module
 
 
+def _wanted(patch: Patch, ctx: Context) -> bool:
+    return (ctx.fallback in patch.modes and ctx.enabled(patch.name)
+            and (ctx.present or patch.anywhere))
+
+
 def install_all(ctx: Context) -> None:
     """Install every registered patch for ``ctx.fallback`` (lazy ones on import) whose
-    fix is on (``ctx.enabled``: probed defects, dmlshim.probing)."""
+    fix is on (``ctx.enabled``: probed defects, dmlshim.probing); with no target device
+    (``ctx.present`` False) only the ``anywhere`` ones.  Patches already installed or
+    waiting for their import are left as they are, so it runs again, in registry order,
+    when a device appears."""
     for patch in REGISTRY:
-        if ctx.fallback not in patch.modes or not ctx.enabled(patch.name):
+        if not _wanted(patch, ctx) or patch.name in _installed or patch.name in _waiting:
             continue
         if not patch.imports:
             _install(patch, ctx)
             continue
-        for module_name in patch.imports:        # the first import installs; later ones no-op
-            _cancels.append(when_imported(module_name, lambda mod, p=patch: _install(p, ctx)))
+        # the first import installs; later ones no-op
+        _waiting[patch.name] = [when_imported(module_name, lambda mod, p=patch: _install(p, ctx))
+                                for module_name in patch.imports]
 
 
 def uninstall_all() -> None:
     """Uninstall in reverse order; cancel lazy installs still waiting for an import."""
     with _lock:
-        for cancel in _cancels:
+        for cancel in (c for cancels in _waiting.values() for c in cancels):
             cancel()
-        _cancels.clear()
+        _waiting.clear()
         for name in reversed(list(_installed)):
             try:
                 _installed.pop(name).uninstall()

@@ -49,7 +49,9 @@ class Context:
     ``target``: device type the patches act on (``"privateuseone"`` = DirectML).
     ``fallback``: ``"auto" | "known" | "off"``; with ``"off"`` every ``intercept``
     wrapper only observes (action ``pass``, or ``error`` when the call fails).  ``active`` goes False at deactivate,
-    which makes any wrapper we could not remove transparent.
+    which makes any wrapper we could not remove transparent.  ``present``: a device of
+    type ``target`` is here (or ``DMLSHIM_PROBE=off``); while False only the registry's
+    ``anywhere`` patches are installed (``dmlshim.patches.install_all``).
     """
 
     target: str = "privateuseone"
@@ -57,6 +59,7 @@ class Context:
     active: bool = True
     fixes: Optional[FrozenSet[str]] = None     # the fixes switched on; None = all (dmlshim.probing)
     gated: FrozenSet[str] = frozenset()        # the fixes some defect enables
+    present: bool = True
 
     def enabled(self, fix: str) -> bool:
         """Is ``fix`` (a registry patch name, ``"dispatcher:mul"`` ...) on?  A fix named
