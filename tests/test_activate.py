@@ -218,7 +218,7 @@ class _MiniFunasr(torch.nn.Module):
 
 
 @pytest.mark.parametrize("mode", ["auto", "known"])
-def test_default_activation_gives_cpu_results(dml_device, mode, profile):
+def test_default_activation_gives_cpu_results(dml_device, mode, assert_parity):
     torch.manual_seed(0)
     model = _MiniFunasr().eval()
     x, mask = torch.randn(2, 9, 6), torch.ones(2, 9, 1, dtype=torch.bool)
@@ -228,4 +228,4 @@ def test_default_activation_gives_cpu_results(dml_device, mode, profile):
         dmlshim.activate(fallback=mode)
         got = model.to(dml_device)(x.to(dml_device), mask.to(dml_device))
     assert got.device == dml_device
-    parity.assert_close(got.cpu(), expected, profile)
+    assert_parity(got.cpu(), expected)

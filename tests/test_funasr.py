@@ -131,7 +131,7 @@ def test_float_times_bool_mask_silently_corrupts_the_encoder(funasr_model_dir, d
     assert not parity.compare(out, ref_out, "device").ok   # no profile hides the defect
 
 
-def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device, profile):
+def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device, assert_parity):
     """SeACo's bias encoder LSTM gets a PackedSequence: no DirectML kernel without the
     shim; with it, the CPU's result exactly."""
     seen = []
@@ -160,13 +160,13 @@ def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device, prof
         dmlshim.deactivate()
     assert seen == [torch.nn.utils.rnn.PackedSequence] * 3
     assert ref.shape == (3, 32)  # two hotwords + <s>, inner_dim 32
-    parity.assert_close(got, ref, profile)
+    assert_parity(got, ref)
 
 
 # ---------------------------------------------------------------- with the shim
 
 @pytest.mark.parametrize("kind", ASR_KINDS)
-def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, default_shim, profile):
+def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, default_shim, profile, assert_parity):
     """Text, timestamps and encoder output on the device equal the CPU run within the
     profile: bit for bit on the emulator, the "device" profile on a GPU."""
     model = auto_model(funasr_model_dir(kind), dml_device)
@@ -179,7 +179,7 @@ def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, def
     text, stamps = got[0]
     assert text.strip() and len(stamps) > 0         # random weights still emit tokens
     out, lens = encode(model, dml_device)
-    parity.assert_close(out, ref["encoder"][0], profile)
+    assert_parity(out, ref["encoder"][0])
     assert torch.equal(lens, ref["encoder"][1])
 
 

@@ -167,7 +167,7 @@ def _inputs(seed):
 
 
 @pytest.mark.emulated_only
-def test_same_model_from_four_threads_is_identical(active, profile):
+def test_same_model_from_four_threads_is_identical(active, assert_parity):
     dev = active
     torch.manual_seed(0)
     model = Small().eval()
@@ -189,7 +189,7 @@ def test_same_model_from_four_threads_is_identical(active, profile):
             results = list(pool.map(work, range(4)))
     for i, outputs in enumerate(results):
         for rep, got in enumerate(outputs):
-            parity.assert_close(got, want[(i + rep) % 4], profile)
+            assert_parity(got, want[(i + rep) % 4])
     assert [len(outputs) for outputs in results] == [3] * 4
 
 
