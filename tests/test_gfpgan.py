@@ -109,7 +109,7 @@ def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, assert_
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("rule", sorted(NORMAL_RULES))
-def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert_parity):
+def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert_parity, assert_differs):
     """Without the shim DirectML's normal_ breaks seeded parity; with it, exact."""
     with emulation.configured(rules=[NORMAL_RULES[rule]], extend=True):
         dmlshim.deactivate()
@@ -118,7 +118,7 @@ def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert
                 forward_both(dml_device)
         else:
             device_out, cpu_out = forward_both(dml_device)
-            assert not torch.equal(device_out[0], cpu_out[0])
+            assert_differs(device_out[0], cpu_out[0])
         dmlshim.activate()
         try:
             device_out, cpu_out = forward_both(dml_device)
@@ -194,7 +194,7 @@ def realesrgan_background(restorers, dml_device, tmp_path):
 
 
 def test_enhance_detect_align_restore_paste_equals_cpu(restorers, realesrgan_background, dml_device,
-                                                       default_shim, profile, assert_parity):
+                                                       default_shim, profile, assert_parity, assert_differs):
     """The whole pipeline with the Real-ESRGAN background, on an odd-width image (x2 pads
     it with reflect: failure_modes.md #42), inside torch.inference_mode() (#41)."""
     import cv2
@@ -211,7 +211,7 @@ def test_enhance_detect_align_restore_paste_equals_cpu(restorers, realesrgan_bac
     assert [bg.mod_pad_w for bg in realesrgan_background] == [1, 1]   # the odd width was padded
     assert len(cropped) == len(cpu_cropped) == 1                 # the detector found the face
     assert cropped[0].shape == (512, 512, 3) and pasted.shape == cpu_pasted.shape
-    assert not np.array_equal(restored[0], cropped[0])          # restoration ran (not swallowed)
+    assert_differs(restored[0], cropped[0])                     # restoration ran (not swallowed)
     for a, b in [*zip(cropped, cpu_cropped), *zip(restored, cpu_restored), (pasted, cpu_pasted)]:
         figures = parity.compare_images(a, b)
         assert figures.within(profile), figures
@@ -220,7 +220,7 @@ def test_enhance_detect_align_restore_paste_equals_cpu(restorers, realesrgan_bac
 
 
 @pytest.mark.emulated_only
-def test_swallowed_error_is_logged(restorers, caplog):
+def test_swallowed_error_is_logged(restorers, caplog, assert_same):
     """GFPGANer.enhance hides a failed forward; with dmlshim it is logged on ``dmlshim``."""
     import cv2
 
@@ -231,7 +231,7 @@ def test_swallowed_error_is_logged(restorers, caplog):
         with caplog.at_level("ERROR", logger="dmlshim"):
             _, restored, _ = enhance(device_restorer, face, has_aligned=True)
         assert not caplog.records                                  # silent without the shim
-        np.testing.assert_array_equal(restored[0], face)         # ... and the face unrestored
+        assert_same(restored[0], face)                          # ... and the face unrestored
 
         dmlshim.activate()
         try:
@@ -246,7 +246,7 @@ def test_swallowed_error_is_logged(restorers, caplog):
 
 
 def test_example_compare_cpu_reports_parity(model_files, cache_root, tmp_path, monkeypatch, capsys,
-                                            profile):
+                                            profile, assert_same):
     """examples/gfpgan_restore.py end to end (aligned input: no detection, so it stays quick)."""
     import cv2
     import gfpgan_restore
@@ -267,7 +267,7 @@ def test_example_compare_cpu_reports_parity(model_files, cache_root, tmp_path, m
     restored = cv2.imread(str(tmp_path / "out" / "face_restored.png"))
     pair = cv2.imread(str(tmp_path / "out" / "face_before_after.png"))
     assert restored.shape == (512, 512, 3) and pair.shape == (512, 1024, 3)
-    np.testing.assert_array_equal(pair[:, 512:], restored)
+    assert_same(pair[:, 512:], restored)
 
 
 # ------------------------------------------------------------------ device defaults

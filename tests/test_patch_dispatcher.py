@@ -118,7 +118,7 @@ def test_inplace_keeps_self_dtype_identity_and_version(net, data, assert_parity)
 
 
 @pytest.mark.emulated_only      # the net leaves these alone; DirectML's own answer is not documented
-def test_inplace_on_bool_self_behaves_as_on_cpu(net, data):
+def test_inplace_on_bool_self_behaves_as_on_cpu(net, data, assert_parity):
     (x, m, _), (xd, md, _) = data
     with pytest.raises(RuntimeError, match="can't be cast"):
         m.clone().mul_(x)
@@ -126,7 +126,7 @@ def test_inplace_on_bool_self_behaves_as_on_cpu(net, data):
         md.clone().mul_(xd)
     b = md.clone()
     b.mul_(md)                                              # bool x bool stays bool
-    assert b.dtype == torch.bool and torch.equal(b.cpu(), m & m)
+    assert_parity(b, m & m)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
@@ -188,7 +188,7 @@ def _grad_inputs(dml_device, data):
 
 @pytest.mark.emulated_only      # the emulator's mul_ is right (rules.py), DirectML's may fail earlier
 @pytest.mark.parametrize("how", list(GRADS))
-def test_without_net_gradients_are_wrong(dml_device, data, how):
+def test_without_net_gradients_are_wrong(dml_device, data, how, assert_differs):
     dmlshim.deactivate()
     cpu, dev = _grad_inputs(dml_device, data)
     try:
@@ -196,7 +196,8 @@ def test_without_net_gradients_are_wrong(dml_device, data, how):
     except RuntimeError as exc:                 # ldexp: the bool product cannot require grad
         assert re.search("dtype: Bool|isDifferentiableType", str(exc))    # torch 2.13 | 2.4.1
         return
-    assert got.dtype == torch.float32 and not torch.equal(got.cpu(), GRADS[how](*cpu))   # silent
+    assert got.dtype == torch.float32
+    assert_differs(got, GRADS[how](*cpu))                                   # silently wrong
 
 
 @pytest.mark.parametrize("how", list(GRADS))
@@ -212,7 +213,7 @@ def test_activate_amax_gradient_equals_cpu(shim, dml_device, data, assert_parity
 
 # ------------------------------------------------------------------- scope
 
-def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data):
+def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data, assert_same):
     """CPU calls pass through bit for bit; a wrapped number (the 2.5 of ``x * 2.5``, which
     a Python kernel receives as a Python float) keeps torch's promotion."""
     dmlshim.deactivate()
@@ -229,7 +230,7 @@ def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data):
     try:
         for name, fn in cases.items():
             got = fn()
-            assert got.dtype == expected[name].dtype and torch.equal(got, expected[name]), name
+            assert_same(got, expected[name], f"{name}: ")
     finally:
         dispatcher.uninstall()
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
@@ -458,7 +459,7 @@ def test_net_keeps_autograd_through_composites_and_island_creators(net, data, ca
 
 
 @pytest.mark.emulated_only
-def test_sparse_results_fail_raw_and_are_cpu_islands_with_the_net(data, dml_device):
+def test_sparse_results_fail_raw_and_are_cpu_islands_with_the_net(data, dml_device, assert_same):
     dmlshim.deactivate()
     with pytest.raises(NotImplementedError, match="Sparse"):
         _to_sparse(data[1][0])
@@ -470,4 +471,4 @@ def test_sparse_results_fail_raw_and_are_cpu_islands_with_the_net(data, dml_devi
     finally:
         dispatcher.uninstall()
     assert got.is_cpu and got.layout == torch.sparse_coo
-    assert torch.equal(got.to_dense(), data[0][0])
+    assert_same(got.to_dense(), data[0][0])
