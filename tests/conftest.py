@@ -4,7 +4,11 @@
 device when one is present; otherwise the emulated device is installed
 (``dmlshim.emulation``). Tests that rely on emulator-injected behaviour
 (custom rules, ``configure``) carry ``@pytest.mark.emulated_only`` and are
-skipped on a real device. Other helpers add fixtures here by appending only.
+skipped on a real device. Results are compared with the CPU's through
+``assert_parity`` (a value the device computed: the parity profile the numerics call
+for), ``assert_same`` (a value no device computes: bit for bit) and ``assert_differs``
+(a defect's signature); see the end of this file. Other helpers add fixtures here by
+appending only.
 """
 import os
 
@@ -60,7 +64,8 @@ def dml_device() -> torch.device:
 def profile(dml_device):
     """The parity profile for device results against the CPU: ``"exact"`` on the
     emulated device with CPU numerics (both sides run the CPU's kernels), ``"device"``
-    on a real GPU or under DMLSHIM_TEST_NUMERICS=gpu (dmlshim.parity)."""
+    on a real GPU or under DMLSHIM_TEST_NUMERICS=gpu (dmlshim.parity). For images,
+    transcripts and messages; tensors go through ``assert_parity``."""
     from dmlshim import parity
 
     return parity.default_profile(dml_device).name
@@ -240,3 +245,18 @@ def assert_differs():
                              f"CPU's: the defect did not show")
 
     return check
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _device_autograd_thread(dml_device):
+    """The autograd engine's device thread takes torch's thread count once, at its first
+    parallel call, and keeps it (OpenMP's setting is per OS thread): have it take the
+    session's count now, not inside a test that lowered it (FunASR's AutoModel sets 1).
+    Measured: with test_funasr.py run first, test_patch_conv's conv2d weight gradient on
+    the device (1 thread) came out 3.1e-5 away from the CPU's (2 threads)."""
+    def take_the_count(grad):           # a hook on a device leaf runs on the device thread
+        torch.get_num_threads()
+
+    x = torch.ones(1).to(dml_device).requires_grad_()
+    x.register_hook(take_the_count)
+    x.sum().backward()

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import parity, patches
+from dmlshim import patches
 from dmlshim.patches import _wrap
 
 # every attribute the built-in patches wrap, as (owner, name)

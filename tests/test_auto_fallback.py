@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dmlshim
-from dmlshim import emulation, parity
+from dmlshim import emulation
 from dmlshim.errors import DirectMLError
 from dmlshim.patches import auto
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import parity
 from dmlshim.emulation import FatalDirectMLError
 
 import torchvision_ops  # noqa: F401  (examples/, applied by conftest: transformers imports torchvision)

@@ -16,7 +16,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from dmlshim import emulation, parity
+from dmlshim import emulation
 
 emulated_only = pytest.mark.emulated_only
 

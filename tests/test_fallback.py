@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import fallback, parity, trace
+from dmlshim import fallback, trace
 
 
 

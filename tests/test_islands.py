@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import devices, islands, parity
+from dmlshim import devices, islands
 
 N_FFT, HOP = 400, 160
 

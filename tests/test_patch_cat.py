@@ -4,8 +4,6 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import dmlshim
-from dmlshim import parity
-
 
 
 def _row(op):

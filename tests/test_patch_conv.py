@@ -5,8 +5,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 import dmlshim
-from dmlshim import parity
-
 
 
 def _inputs(n, dtype, seed=0):

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import dmlshim
-from dmlshim import islands, parity, patches
+from dmlshim import islands, patches
 from dmlshim.patches import dispatcher
 
 aten = torch.ops.aten

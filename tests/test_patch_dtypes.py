@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import devices, islands, parity
+from dmlshim import devices, islands
 from dmlshim.patches import dtypes as dtypes_patch
 
 

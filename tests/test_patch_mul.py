@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import dmlshim
-from dmlshim import parity, patches
+from dmlshim import patches
 from dmlshim.patches import conv as conv_patch
 
 

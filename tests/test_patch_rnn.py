@@ -12,7 +12,6 @@ from hypothesis import given, settings, strategies as st
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import dmlshim
-from dmlshim import parity
 from dmlshim.patches import rnn as rnn_patch
 
 

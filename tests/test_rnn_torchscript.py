@@ -11,7 +11,6 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import dmlshim
-from dmlshim import parity
 from dmlshim.patches import rnn as rnn_patch
 
 CHUNK = 512                                   # samples per chunk, as silero-vad streams
