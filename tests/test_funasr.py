@@ -2,7 +2,8 @@
 
 Model directories come from examples/funasr_models.py (funasr's own classes, loaded
 through ``AutoModel``, the real loading code); fbank dither is 0, so the CPU and the
-device see the same features and every comparison is exact (rtol=0, atol=0).
+device see the same features; device results equal the CPU's within the parity
+profile (``assert_parity``: exact on the emulator's CPU numerics).
 
 Where each failure comes from (funasr 1.4.16, DESIGN.md "The real models"):
 LSTM: the BiCif predictor's BiLSTM (bicif_paraformer/cif_predictor.py:186) and
@@ -115,7 +116,7 @@ def test_each_fix_is_needed(kind, missing, error, match, funasr_model_dir, dml_d
 
 
 def test_float_times_bool_mask_silently_corrupts_the_encoder(funasr_model_dir, dml_device,
-                                                             cpu_reference, monkeypatch):
+                                                             cpu_reference, monkeypatch, assert_parity, assert_differs):
     """Without the mul fix, conv1d's bool->float coercion lets the SANM encoder *run*, but
     ``inputs * mask`` came back bool (DirectML#686), so it computes on 0/1 values."""
     model = auto_model(funasr_model_dir("seaco"), dml_device)
@@ -126,12 +127,12 @@ def test_float_times_bool_mask_silently_corrupts_the_encoder(funasr_model_dir, d
     assert conv and conv[0]["actions"].get("coerce", 0) > 0, conv   # the safety net fired
     ref_out, ref_lens = cpu_reference("seaco")["encoder"]
     assert out.dtype == torch.float32 and out.shape == ref_out.shape
-    assert torch.equal(lens, ref_lens)
+    assert_parity(lens, ref_lens)
     assert (out - ref_out).abs().max() > 0.1   # not rounding: a different computation
-    assert not parity.compare(out, ref_out, "device").ok   # no profile hides the defect
+    assert_differs(out, ref_out)               # no profile hides the defect
 
 
-def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device, profile):
+def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device, assert_parity):
     """SeACo's bias encoder LSTM gets a PackedSequence: no DirectML kernel without the
     shim; with it, the CPU's result exactly."""
     seen = []
@@ -160,13 +161,13 @@ def test_hotword_lstm_takes_a_packed_sequence(funasr_model_dir, dml_device, prof
         dmlshim.deactivate()
     assert seen == [torch.nn.utils.rnn.PackedSequence] * 3
     assert ref.shape == (3, 32)  # two hotwords + <s>, inner_dim 32
-    parity.assert_close(got, ref, profile)
+    assert_parity(got, ref)
 
 
 # ---------------------------------------------------------------- with the shim
 
 @pytest.mark.parametrize("kind", ASR_KINDS)
-def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, default_shim, profile):
+def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, default_shim, profile, assert_parity):
     """Text, timestamps and encoder output on the device equal the CPU run within the
     profile: bit for bit on the emulator, the "device" profile on a GPU."""
     model = auto_model(funasr_model_dir(kind), dml_device)
@@ -179,8 +180,7 @@ def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, def
     text, stamps = got[0]
     assert text.strip() and len(stamps) > 0         # random weights still emit tokens
     out, lens = encode(model, dml_device)
-    parity.assert_close(out, ref["encoder"][0], profile)
-    assert torch.equal(lens, ref["encoder"][1])
+    assert_parity((out, lens), ref["encoder"])
 
 
 @pytest.mark.emulated_only

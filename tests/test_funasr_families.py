@@ -99,7 +99,7 @@ def test_streaming_loop_feeds_600ms_chunks_into_one_cache(model_dir):
     assert all(c[3] == [0, 10, 5] for c in calls)
 
 
-def test_campplus_embedding_needs_no_fix(model_dir, dml_device, profile):
+def test_campplus_embedding_needs_no_fix(model_dir, dml_device, assert_parity):
     """cam++ (the ``spk_model``) uses only ops DirectML has: its embedding equals the
     CPU's raw, and the shim, active, leaves it so (nothing intercepted)."""
     ref = speaker_embedding(model_dir, "cpu")
@@ -112,8 +112,8 @@ def test_campplus_embedding_needs_no_fix(model_dir, dml_device, profile):
     finally:
         dmlshim.deactivate()
     assert ref.shape == (1, 192) and ref.dtype == torch.float32 and ref.abs().sum() > 0
-    parity.assert_close(raw, ref, profile)
-    parity.assert_close(got, ref, profile)
+    assert_parity(raw, ref)
+    assert_parity(got, ref)
     assert rows == [], rows
 
 
@@ -186,7 +186,7 @@ def emotion_scores(model_dir, device):
     return res["labels"], torch.tensor(res["scores"])
 
 
-def test_emotion2vec_needs_no_fix(model_dir, dml_device, profile):
+def test_emotion2vec_needs_no_fix(model_dir, dml_device, assert_parity):
     """emotion2vec uses only ops DirectML has: its scores equal the CPU's raw, and with
     the shim, which intercepts nothing."""
     labels, ref = emotion_scores(model_dir, "cpu")
@@ -200,6 +200,6 @@ def test_emotion2vec_needs_no_fix(model_dir, dml_device, profile):
         dmlshim.deactivate()
     assert labels == funasr_models._EMOTIONS and ref.shape == (9,)
     assert abs(float(ref.sum()) - 1) < 1e-5          # a softmax over the 9 labels
-    parity.assert_close(raw, ref, profile)
-    parity.assert_close(got, ref, profile)
+    assert_parity(raw, ref)
+    assert_parity(got, ref)
     assert rows == [], rows

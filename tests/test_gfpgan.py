@@ -94,28 +94,22 @@ def forward_both(dml_device, seed=1):
     return forward(device, x.to(dml_device), seed), reference
 
 
-def assert_all_equal(actual, expected, profile):
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
-        parity.assert_close(a, e, profile)
-
-
 # ------------------------------------------------------------------ the model itself
 
 def noise_calls():
     return sum(r["calls"] for r in dmlshim.report().rows if r["op"] == "StyleConv.noise")
 
 
-def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, profile):
+def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, assert_parity):
     before = noise_calls()
     device_out, cpu_out = forward_both(dml_device)
-    assert_all_equal(device_out, cpu_out, profile)
+    assert_parity(device_out, cpu_out)
     assert noise_calls() - before == 9          # out_size 64: 1 + 2 * (log2(64) - 2) StyleConvs
 
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("rule", sorted(NORMAL_RULES))
-def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, profile):
+def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert_parity, assert_differs):
     """Without the shim DirectML's normal_ breaks seeded parity; with it, exact."""
     with emulation.configured(rules=[NORMAL_RULES[rule]], extend=True):
         dmlshim.deactivate()
@@ -124,13 +118,13 @@ def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, profil
                 forward_both(dml_device)
         else:
             device_out, cpu_out = forward_both(dml_device)
-            assert not torch.equal(device_out[0], cpu_out[0])
+            assert_differs(device_out[0], cpu_out[0])
         dmlshim.activate()
         try:
             device_out, cpu_out = forward_both(dml_device)
         finally:
             dmlshim.deactivate()
-    assert_all_equal(device_out, cpu_out, profile)
+    assert_parity(device_out, cpu_out)
 
 
 def test_noise_size_matches_styleconv(gfpgan_lib):
@@ -164,7 +158,7 @@ def test_inference_mode_fails_without_the_shim(dml_device, gfpgan_lib):
         _forward_in_inference_mode(model, torch.randn(1, 3, 64, 64).to(dml_device))
 
 
-def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, profile):
+def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, assert_parity):
     """With dmlshim, inside inference_mode it runs on the device (no CPU retry of a failed
     call) and equals the CPU."""
     from dmlshim.patches import auto
@@ -172,7 +166,7 @@ def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim,
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     ref = _forward_in_inference_mode(small_gfpgan(), x)
     got = _forward_in_inference_mode(small_gfpgan().to(dml_device), x.to(dml_device))
-    assert_all_equal(got, ref, profile)
+    assert_parity(got, ref)
     assert "version_counter" not in str(auto.failures())
 
 
@@ -200,7 +194,7 @@ def realesrgan_background(restorers, dml_device, tmp_path):
 
 
 def test_enhance_detect_align_restore_paste_equals_cpu(restorers, realesrgan_background, dml_device,
-                                                       default_shim, profile):
+                                                       default_shim, profile, assert_parity, assert_differs):
     """The whole pipeline with the Real-ESRGAN background, on an odd-width image (x2 pads
     it with reflect: failure_modes.md #42), inside torch.inference_mode() (#41)."""
     import cv2
@@ -217,17 +211,16 @@ def test_enhance_detect_align_restore_paste_equals_cpu(restorers, realesrgan_bac
     assert [bg.mod_pad_w for bg in realesrgan_background] == [1, 1]   # the odd width was padded
     assert len(cropped) == len(cpu_cropped) == 1                 # the detector found the face
     assert cropped[0].shape == (512, 512, 3) and pasted.shape == cpu_pasted.shape
-    assert not np.array_equal(restored[0], cropped[0])          # restoration ran (not swallowed)
+    assert_differs(restored[0], cropped[0])                     # restoration ran (not swallowed)
     for a, b in [*zip(cropped, cpu_cropped), *zip(restored, cpu_restored), (pasted, cpu_pasted)]:
         figures = parity.compare_images(a, b)
         assert figures.within(profile), figures
-    parity.assert_close(torch.as_tensor(np.asarray(device_restorer.face_helper.all_landmarks_5)),
-                        torch.as_tensor(np.asarray(cpu_restorer.face_helper.all_landmarks_5)),
-                        profile)
+    assert_parity(np.asarray(device_restorer.face_helper.all_landmarks_5),
+                  np.asarray(cpu_restorer.face_helper.all_landmarks_5))
 
 
 @pytest.mark.emulated_only
-def test_swallowed_error_is_logged(restorers, caplog):
+def test_swallowed_error_is_logged(restorers, caplog, assert_same):
     """GFPGANer.enhance hides a failed forward; with dmlshim it is logged on ``dmlshim``."""
     import cv2
 
@@ -238,7 +231,7 @@ def test_swallowed_error_is_logged(restorers, caplog):
         with caplog.at_level("ERROR", logger="dmlshim"):
             _, restored, _ = enhance(device_restorer, face, has_aligned=True)
         assert not caplog.records                                  # silent without the shim
-        np.testing.assert_array_equal(restored[0], face)         # ... and the face unrestored
+        assert_same(restored[0], face)                          # ... and the face unrestored
 
         dmlshim.activate()
         try:
@@ -253,7 +246,7 @@ def test_swallowed_error_is_logged(restorers, caplog):
 
 
 def test_example_compare_cpu_reports_parity(model_files, cache_root, tmp_path, monkeypatch, capsys,
-                                            profile):
+                                            profile, assert_same):
     """examples/gfpgan_restore.py end to end (aligned input: no detection, so it stays quick)."""
     import cv2
     import gfpgan_restore
@@ -274,7 +267,7 @@ def test_example_compare_cpu_reports_parity(model_files, cache_root, tmp_path, m
     restored = cv2.imread(str(tmp_path / "out" / "face_restored.png"))
     pair = cv2.imread(str(tmp_path / "out" / "face_before_after.png"))
     assert restored.shape == (512, 512, 3) and pair.shape == (512, 1024, 3)
-    np.testing.assert_array_equal(pair[:, 512:], restored)
+    assert_same(pair[:, 512:], restored)
 
 
 # ------------------------------------------------------------------ device defaults

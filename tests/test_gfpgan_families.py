@@ -38,7 +38,7 @@ def upscale(device, image, folder, half=True, tile=16):
 
 @pytest.mark.parametrize("half", [True, False])
 def test_realesrgan_tiled_matches_cpu_raw_and_with_the_shim(half, crop, dml_device, gfpgan_lib,
-                                                            tmp_path, profile, capsys):
+                                                            tmp_path, profile, capsys, assert_parity):
     """Raw (no fix needed) and with the shim: the image and the float output equal the
     CPU's within the profile; 3 x 3 tiles ran."""
     ref, ref_out = upscale("cpu", crop, tmp_path, half)
@@ -53,7 +53,7 @@ def test_realesrgan_tiled_matches_cpu_raw_and_with_the_shim(half, crop, dml_devi
     for image, out in (raw, got):
         figures = parity.compare_images(image, ref)
         assert figures.within(profile), figures
-        parity.assert_close(out, ref_out, profile)
+        assert_parity(out, ref_out)
     assert "Tile 9/9" in capsys.readouterr().out
 
 
@@ -74,7 +74,7 @@ def small_net():
                          attn_resolutions=(16,), resolution=64, z_channels=32).eval()
 
 
-def test_restoreformer_matches_cpu(dml_device, gfpgan_lib, profile):
+def test_restoreformer_matches_cpu(dml_device, gfpgan_lib, assert_parity):
     """RestoreFormer: runs raw, and with the shim, as on the CPU (within the profile)."""
     net = small_net()
     x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(1)) * 2 - 1
@@ -87,8 +87,8 @@ def test_restoreformer_matches_cpu(dml_device, gfpgan_lib, profile):
         finally:
             dmlshim.deactivate()
     assert ref.shape == (1, 3, 64, 64) and ref.std() > 0
-    parity.assert_close(raw, ref, profile)
-    parity.assert_close(got, ref, profile)
+    assert_parity(raw, ref)
+    assert_parity(got, ref)
 
 
 @pytest.mark.parametrize("arch", ["original", "bilinear"])

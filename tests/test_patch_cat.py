@@ -4,8 +4,6 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import dmlshim
-from dmlshim import parity
-
 
 
 def _row(op):
@@ -32,12 +30,12 @@ def test_without_shim_stack_of_empties_fails(dml_device):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_funasr_cif_case_stays_on_device(shim, dml_device, name, profile):
+def test_funasr_cif_case_stays_on_device(shim, dml_device, name, assert_parity):
     fn = getattr(torch, name)
     a, e = torch.randn(43, 512), torch.zeros(0, 512)
     got = fn([a.to(dml_device), e.to(dml_device)])
     assert got.device == dml_device
-    parity.assert_close(got.cpu(), torch.cat([a, e]), profile)
+    assert_parity(got.cpu(), torch.cat([a, e]))
     row = _row(f"torch.{name}")
     assert row["actions"] == {"drop-empty": 1} and row["h2d"] == row["d2h"] == 0
 
@@ -45,7 +43,7 @@ def test_funasr_cif_case_stays_on_device(shim, dml_device, name, profile):
 @pytest.mark.parametrize("case", [
     "promotion", "legacy 1-d empty", "all empty", "dim=1", "negative dim", "kwargs", "stack empties",
 ])
-def test_results_equal_cpu(shim, dml_device, case, profile):
+def test_results_equal_cpu(shim, dml_device, case, assert_parity):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 3, generator=g)
     calls = {
@@ -60,7 +58,7 @@ def test_results_equal_cpu(shim, dml_device, case, profile):
     expected = calls[case](lambda t: t)
     got = calls[case](lambda t: t.to(dml_device))
     assert got.device == dml_device
-    parity.assert_close(got.cpu(), expected, profile)
+    assert_parity(got.cpu(), expected)
 
 
 def test_bad_input_raises_what_cpu_raises(shim, dml_device):
@@ -68,27 +66,27 @@ def test_bad_input_raises_what_cpu_raises(shim, dml_device):
         torch.cat([torch.zeros(2, 3).to(dml_device), torch.zeros(0, 4).to(dml_device), torch.zeros(2, 4).to(dml_device)])
 
 
-def test_out_argument_goes_to_cpu_and_writes_back(shim, dml_device, profile):
+def test_out_argument_goes_to_cpu_and_writes_back(shim, dml_device, assert_parity):
     x = torch.randn(2, 3)
     out = torch.empty(0).to(dml_device)
     result = torch.cat([x.to(dml_device), torch.zeros(0, 3).to(dml_device)], out=out)
     assert result is out and out.device == dml_device
-    parity.assert_close(out.cpu(), x, profile)
+    assert_parity(out.cpu(), x)
     assert _row("torch.cat")["actions"] == {"cpu": 1}
 
 
-def test_autograd_through_cat(shim, dml_device, profile):
+def test_autograd_through_cat(shim, dml_device, assert_parity):
     x = torch.randn(2, 3)
     xd = x.to(dml_device).requires_grad_()
     ed = torch.zeros(0, 3).to(dml_device).requires_grad_()   # needs a gradient: CPU round trip
     xc, ec = x.clone().requires_grad_(), torch.zeros(0, 3, requires_grad=True)
     (torch.cat([xd, ed]) * 3).sum().backward()
     (torch.cat([xc, ec]) * 3).sum().backward()
-    parity.assert_close(xd.grad.cpu(), xc.grad, profile)
+    assert_parity(xd.grad.cpu(), xc.grad)
     assert ed.grad is not None and ed.grad.shape == ec.grad.shape
     yd = x.to(dml_device).requires_grad_()
     (torch.cat([yd, torch.zeros(0, 3).to(dml_device)]) * 3).sum().backward()  # empty needs no grad: stays
-    parity.assert_close(yd.grad.cpu(), xc.grad, profile)
+    assert_parity(yd.grad.cpu(), xc.grad)
 
 
 DTYPES = st.sampled_from([torch.float32, torch.float16, torch.int64, torch.bool])
@@ -99,7 +97,7 @@ DTYPES = st.sampled_from([torch.float32, torch.float16, torch.int64, torch.bool]
        other=st.lists(st.integers(0, 3), min_size=1, max_size=2),
        dim_pos=st.integers(0, 2), dtypes=st.lists(DTYPES, min_size=4, max_size=4),
        stack=st.booleans(), seed=st.integers(0, 2**16))
-def test_property_cat_and_stack_equal_cpu(dml_device, sizes, other, dim_pos, dtypes, stack, seed, profile):
+def test_property_cat_and_stack_equal_cpu(dml_device, sizes, other, dim_pos, dtypes, stack, seed, assert_parity):
     """Random sizes along the cat dim (0 included), other dims (0 included), dtypes."""
     dmlshim.deactivate()
     dmlshim.activate(fallback="known", trace=0)
@@ -117,6 +115,6 @@ def test_property_cat_and_stack_equal_cpu(dml_device, sizes, other, dim_pos, dty
             return
         if any(x.numel() == 0 for x in xs) or expected.numel() == 0:
             got = fn([x.to(dml_device) for x in xs], dim)
-            parity.assert_close(got.cpu(), expected, profile)
+            assert_parity(got.cpu(), expected)
     finally:
         dmlshim.deactivate()

@@ -5,8 +5,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 import dmlshim
-from dmlshim import parity
-
 
 
 def _inputs(n, dtype, seed=0):
@@ -33,44 +31,44 @@ def test_without_shim_bool_input_fails(dml_device):
 
 @pytest.mark.parametrize("owner, n", ENTRY)
 @pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.uint8])
-def test_with_shim_equals_cpu_on_cast_input(shim, dml_device, owner, n, dtype, profile):
+def test_with_shim_equals_cpu_on_cast_input(shim, dml_device, owner, n, dtype, assert_parity):
     x, w = _inputs(n, dtype)
     expected = _fn(owner, n)(x.float(), w, padding=1)
     got = _fn(owner, n)(x.to(dml_device), w.to(dml_device), padding=1)
     assert got.device == dml_device
-    parity.assert_close(got.cpu(), expected, profile)
+    assert_parity(got.cpu(), expected)
     assert {r["op"]: r for r in dmlshim.report().rows}[f"{owner}.conv{n}d"]["actions"] == {"coerce": 1}
 
 
-def test_module_and_kwargs_and_float_input_untouched(shim, dml_device, profile):
+def test_module_and_kwargs_and_float_input_untouched(shim, dml_device, assert_parity):
     conv = torch.nn.Conv1d(4, 3, 3, padding=1)
     x, _ = _inputs(1, torch.bool)
     expected = conv(x.float())
     conv_d = torch.nn.Conv1d(4, 3, 3, padding=1)
     conv_d.load_state_dict(conv.state_dict())
     conv_d.to(dml_device)
-    parity.assert_close(conv_d(x.to(dml_device)).cpu(), expected, profile)
-    parity.assert_close(F.conv1d(input=x.to(dml_device), weight=conv_d.weight).cpu(),
-                 F.conv1d(x.float(), conv.weight), profile)
+    assert_parity(conv_d(x.to(dml_device)).cpu(), expected)
+    assert_parity(F.conv1d(input=x.to(dml_device), weight=conv_d.weight).cpu(),
+                  F.conv1d(x.float(), conv.weight))
     dmlshim.trace.reset()
     conv_d(x.float().to(dml_device))                       # float input: fast path, not counted
     assert dmlshim.report().rows == []
 
 
-def test_autograd_to_weight(shim, dml_device, profile):
+def test_autograd_to_weight(shim, dml_device, assert_parity):
     x, w = _inputs(2, torch.bool)
     wd = w.to(dml_device).requires_grad_()
     wc = w.clone().requires_grad_()
     F.conv2d(x.to(dml_device), wd).square().sum().backward()
     F.conv2d(x.float(), wc).square().sum().backward()
-    parity.assert_close(wd.grad.cpu(), wc.grad, profile)
+    assert_parity(wd.grad.cpu(), wc.grad)
 
 
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 3), length=st.integers(0, 6), groups=st.sampled_from([1, 2]),
        stride=st.integers(1, 2), padding=st.integers(0, 2),
        dtype=st.sampled_from([torch.bool, torch.int32, torch.float32]), seed=st.integers(0, 2**16))
-def test_property_conv_equals_cpu(dml_device, n, length, groups, stride, padding, dtype, seed, profile):
+def test_property_conv_equals_cpu(dml_device, n, length, groups, stride, padding, dtype, seed, assert_parity):
     dmlshim.deactivate()
     dmlshim.activate(fallback="known", trace=0)
     try:
@@ -85,6 +83,6 @@ def test_property_conv_equals_cpu(dml_device, n, length, groups, stride, padding
                 fn(x.to(dml_device), w.to(dml_device), stride=stride, padding=padding, groups=groups)
             return
         got = fn(x.to(dml_device), w.to(dml_device), stride=stride, padding=padding, groups=groups)
-        parity.assert_close(got.cpu(), expected, profile)
+        assert_parity(got.cpu(), expected)
     finally:
         dmlshim.deactivate()

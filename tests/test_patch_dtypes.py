@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import devices, islands, parity
+from dmlshim import devices, islands
 from dmlshim.patches import dtypes as dtypes_patch
 
 
@@ -57,7 +57,7 @@ CALLS = {
 
 
 @pytest.mark.parametrize("name", list(CALLS))
-def test_float64_ops_compute_on_cpu_as_islands(shim, dml_device, no_float64, name, profile):
+def test_float64_ops_compute_on_cpu_as_islands(shim, dml_device, no_float64, name, assert_parity):
     x = torch.rand(2, 9, generator=torch.Generator().manual_seed(0))
     expected = CALLS[name](x)                              # float64 math on the CPU
     got = CALLS[name](x.to(dml_device))
@@ -66,15 +66,15 @@ def test_float64_ops_compute_on_cpu_as_islands(shim, dml_device, no_float64, nam
         assert islands.is_island(got) and islands.home(got) == dml_device and got.is_cpu
     else:                                                  # FunASR's .to(float32): back on the device
         assert got.device == dml_device and not islands.is_island(got)
-    parity.assert_close(got.cpu(), expected, profile)
+    assert_parity(got.cpu(), expected)
 
 
-def test_float64_to_device_becomes_float32_with_one_warning(shim, dml_device, no_float64, profile):
+def test_float64_to_device_becomes_float32_with_one_warning(shim, dml_device, no_float64, assert_parity):
     x = torch.randn(4, dtype=torch.float64)
     with pytest.warns(RuntimeWarning, match="float64 tensors moved there become float32"):
         y = x.to(dml_device)
     assert y.dtype == torch.float32 and y.device == dml_device
-    parity.assert_close(y.cpu(), x.float(), profile)
+    assert_parity(y.cpu(), x.float())
     with warnings.catch_warnings():
         warnings.simplefilter("error")                     # only one warning per process
         z = x.to(dml_device, non_blocking=False)
@@ -82,7 +82,7 @@ def test_float64_to_device_becomes_float32_with_one_warning(shim, dml_device, no
     assert z.dtype == w.dtype == torch.float32
 
 
-def test_double_model_to_device(shim, dml_device, no_float64, profile):
+def test_double_model_to_device(shim, dml_device, no_float64, assert_parity):
     model = torch.nn.Linear(3, 2).double()
     x = torch.randn(4, 3, dtype=torch.float64)
     expected = model.float()(x.float())
@@ -90,16 +90,16 @@ def test_double_model_to_device(shim, dml_device, no_float64, profile):
     with pytest.warns(RuntimeWarning):
         model.to(dml_device)
     assert isinstance(model.weight, torch.nn.Parameter) and model.weight.dtype == torch.float32
-    parity.assert_close(model(x.to(dml_device)).cpu(), expected, profile)
+    assert_parity(model(x.to(dml_device)).cpu(), expected)
 
 
 # bfloat16 follows DMLSHIM_BF16 (float32 by default; "cpu" keeps these two rules):
 # tests/test_bf16.py
 @pytest.mark.parametrize("dtype", [torch.complex64])
-def test_bf16_and_complex_transfers_become_islands(shim, dml_device, dtype):
+def test_bf16_and_complex_transfers_become_islands(shim, dml_device, dtype, assert_same):
     for y in (torch.ones(2, dtype=dtype).to(dml_device), torch.ones(2).to(dml_device, dtype)):
         assert islands.is_island(y) and islands.home(y) == dml_device and y.dtype == dtype
-        assert torch.equal(y, torch.ones(2, dtype=dtype))
+        assert_same(y, torch.ones(2, dtype=dtype))
     assert torch.ones(2, dtype=dtype).to("cpu").dtype == dtype       # CPU moves are untouched
     assert not islands.is_island(torch.ones(2, dtype=dtype).to("cpu"))
 
@@ -120,13 +120,13 @@ def test_device_with_float64_is_left_alone(shim, dml_device, emulated_float64):
         set(r["actions"]) <= {"pass"} for r in dmlshim.report().rows)
 
 
-def test_autograd_through_float64_fallback(shim, dml_device, no_float64, profile):
+def test_autograd_through_float64_fallback(shim, dml_device, no_float64, assert_parity):
     x = torch.rand(2, 5)
     xd = x.to(dml_device).requires_grad_()
     xc = x.clone().requires_grad_()
     (torch.cumsum(xd, 1, dtype=torch.float64) * torch.arange(5).to(dml_device)).sum().backward()
     (torch.cumsum(xc, 1, dtype=torch.float64) * torch.arange(5)).sum().backward()
-    parity.assert_close(xd.grad.cpu(), xc.grad, profile)
+    assert_parity(xd.grad.cpu(), xc.grad)
 
 
 @pytest.mark.parametrize("call", [
@@ -136,10 +136,10 @@ def test_autograd_through_float64_fallback(shim, dml_device, no_float64, profile
     lambda x, d: x.to(d, non_blocking=True),
     lambda x, d: x.to(str(d)),
 ])
-def test_every_to_overload_is_understood(shim, dml_device, no_float64, call, profile):
+def test_every_to_overload_is_understood(shim, dml_device, no_float64, call, assert_parity):
     x = torch.randn(3, dtype=torch.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         y = call(x, dml_device)
     assert y.device == dml_device and y.dtype == torch.float32
-    parity.assert_close(y.cpu(), x.float(), profile)
+    assert_parity(y.cpu(), x.float())

@@ -11,7 +11,6 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import dmlshim
-from dmlshim import parity
 from dmlshim.patches import rnn as rnn_patch
 
 CHUNK = 512                                   # samples per chunk, as silero-vad streams
@@ -79,11 +78,6 @@ def _scripted(model, dml_device, how):
     return torch.jit.load(buf).to(dml_device)
 
 
-def _assert_exact(got, expected, profile):
-    for g, e in zip(got, expected):
-        parity.assert_close(g, e, profile)
-
-
 @pytest.mark.parametrize("how", ["script", "load(map_location)"])
 def test_torchscript_stream_without_shim_fails_like_directml(dml_device, vad, how):
     dmlshim.deactivate()
@@ -94,15 +88,15 @@ def test_torchscript_stream_without_shim_fails_like_directml(dml_device, vad, ho
 
 
 @pytest.mark.parametrize("how", ["script", "script.to", "load(map_location)", "load.to"])
-def test_torchscript_stream_equals_cpu(shim, dml_device, vad, how, profile):
+def test_torchscript_stream_equals_cpu(shim, dml_device, vad, how, assert_parity):
     model, audio, expected = vad
     scripted = _scripted(model, dml_device, how)
-    _assert_exact(_stream(scripted, audio, dml_device), expected, profile)
+    assert_parity(_stream(scripted, audio, dml_device), expected)
     rows = {r["op"] for r in dmlshim.report().rows}
     assert {"aten::lstm_cell", "aten::lstm.input", "aten::gru.input"} <= rows
 
 
-def test_torchscript_stream_in_inference_mode(shim, dml_device, vad, profile):
+def test_torchscript_stream_in_inference_mode(shim, dml_device, vad, assert_parity):
     model, audio, _ = vad
     scripted = _scripted(model, dml_device, "load(map_location)")
     with torch.inference_mode():
@@ -110,7 +104,7 @@ def test_torchscript_stream_in_inference_mode(shim, dml_device, vad, profile):
         # the reference in inference_mode too: the CPU's LSTM takes another path without
         # autograd (oneDNN), a few ULP away from the one with it
         expected = _stream(model, audio, "cpu")
-    _assert_exact(got, expected, profile)
+    assert_parity(got, expected)
 
 
 def test_torchscript_weights_are_copied_once(shim, dml_device, vad):
@@ -128,17 +122,17 @@ def test_torchscript_weights_are_copied_once(shim, dml_device, vad):
     assert n_tensors == 4 + 4 + 4                   # cell, lstm, gru: 4 weights each
 
 
-def test_torchscript_cache_refreshed_when_a_weight_changes(shim, dml_device, vad, profile):
+def test_torchscript_cache_refreshed_when_a_weight_changes(shim, dml_device, vad, assert_parity):
     model, audio, _ = vad
     scripted = _scripted(model, dml_device, "script")
     _stream(scripted, audio, dml_device)
     with torch.no_grad():
         model.cell.weight_hh.mul_(0.5)
         scripted.cell.weight_hh.mul_(0.5)           # in place: the version counter moves
-    _assert_exact(_stream(scripted, audio, dml_device), _stream(model, audio, "cpu"), profile)
+    assert_parity(_stream(scripted, audio, dml_device), _stream(model, audio, "cpu"))
 
 
-def test_torchscript_backward_equals_cpu(shim, dml_device, vad, profile):
+def test_torchscript_backward_equals_cpu(shim, dml_device, vad, assert_parity):
     model, audio, _ = vad
     model.train()
     scripted = _scripted(model, dml_device, "script")
@@ -146,10 +140,10 @@ def test_torchscript_backward_equals_cpu(shim, dml_device, vad, profile):
     xc, xd = x.clone().requires_grad_(), x.to(dml_device).requires_grad_()
     model(xc, *_state(2))[0].sum().backward()
     scripted(xd, *(s.to(dml_device) for s in _state(2)))[0].sum().backward()
-    parity.assert_close(xd.grad.cpu(), xc.grad, profile)
+    assert_parity(xd.grad.cpu(), xc.grad)
     for (name, pc), pd in zip(model.named_parameters(), scripted.parameters()):
         assert pd.grad is not None and pd.grad.device == dml_device, name
-        parity.assert_close(pd.grad.cpu(), pc.grad, profile)
+        assert_parity(pd.grad.cpu(), pc.grad)
 
 
 # --- torch.ops.aten, reached without the Python modules --------------------------------
@@ -187,16 +181,16 @@ def test_aten_rnn_without_shim_fails_like_directml(dml_device, kind, packed):
 
 
 @pytest.mark.parametrize("kind, packed", CASES)
-def test_aten_rnn_equals_cpu(shim, dml_device, kind, packed, profile):
+def test_aten_rnn_equals_cpu(shim, dml_device, kind, packed, assert_parity):
     op, args = _lstm_args(packed, kind)
     expected = op(*args)
     got = op(*_to(args, dml_device))
     assert all(g.device == dml_device for g in got)
-    _assert_exact([g.cpu() for g in got], expected, profile)
+    assert_parity([g.cpu() for g in got], expected)
 
 
 @pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])
-def test_aten_cells_both_ways(dml_device, kind, profile):
+def test_aten_cells_both_ways(dml_device, kind, assert_parity):
     torch.manual_seed(2)
     cell = getattr(nn, kind)(3, 5)
     x, h = torch.randn(4, 3), torch.randn(4, 5)
@@ -212,12 +206,11 @@ def test_aten_cells_both_ways(dml_device, kind, profile):
         got = op(*_to(args, dml_device))
     finally:
         dmlshim.deactivate()
-    _assert_exact([g.cpu() for g in (got if isinstance(got, tuple) else (got,))],
-                  expected if isinstance(expected, tuple) else (expected,), profile)
+    assert_parity(got, expected)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_fused_cells_both_ways(dml_device, kind):
+def test_fused_cells_both_ways(dml_device, kind, assert_parity):
     """The fused cells have no CPU kernel at all: dmlshim computes them from CPU ops;
     they match the CPU cell to float rounding (the bias is added after the matmul)."""
     torch.manual_seed(3)
@@ -240,7 +233,7 @@ def test_fused_cells_both_ways(dml_device, kind):
     expected = cell(x, (h, c))[0] if kind == "lstm" else cell(x, h)
     assert got[0].device == dml_device and xd.grad.device == dml_device
     assert got[-1].shape == (4, 5 * (4 if kind == "lstm" else 5))     # the workspace
-    parity.assert_close(got[0].cpu(), expected, "device")
+    assert_parity(got[0], expected, profile="device")
 
 
 # --- ScriptModule.to(dml) (failure_modes.md #48) -------------------------------------
@@ -260,7 +253,7 @@ class _LSTMOnly(nn.Module):
         return self.lstm(x)[0]
 
 
-def test_scripted_rnn_to_device_both_ways(dml_device, profile):
+def test_scripted_rnn_to_device_both_ways(dml_device, assert_parity):
     """torch.jit.script(m).to(dml): the scripted LSTM's _flat_weights stay on the CPU
     (no RNNBase._apply hook in TorchScript), so its forward fails on the device."""
     torch.manual_seed(4)
@@ -277,10 +270,10 @@ def test_scripted_rnn_to_device_both_ways(dml_device, profile):
         got = scripted(x.to(dml_device))
     finally:
         dmlshim.deactivate()
-    parity.assert_close(got.cpu(), model(x), profile)
+    assert_parity(got.cpu(), model(x))
 
 
-def test_loaded_scriptmodule_moves_to_device_and_back(shim, dml_device, vad, profile):
+def test_loaded_scriptmodule_moves_to_device_and_back(shim, dml_device, vad, assert_parity):
     model, audio, expected = vad
     loaded = _scripted(model, dml_device, "load.to")
     assert {p.device for p in loaded.parameters()} == {dml_device}
@@ -288,7 +281,7 @@ def test_loaded_scriptmodule_moves_to_device_and_back(shim, dml_device, vad, pro
     assert loaded.lstm._flat_weights[0] is loaded.lstm.weight_ih_l0
     back = loaded.cpu()
     assert {p.device.type for p in back.parameters()} == {"cpu"}
-    _assert_exact(_stream(back, audio, "cpu"), expected, profile)
+    assert_parity(_stream(back, audio, "cpu"), expected)
 
 
 def test_other_moves_of_a_loaded_scriptmodule_are_untouched(shim, vad):
@@ -302,12 +295,11 @@ def test_other_moves_of_a_loaded_scriptmodule_are_untouched(shim, vad):
 
 @pytest.mark.parametrize("kind, kwargs", [(nn.RNN, {}), (nn.RNN, {"nonlinearity": "relu"}),
                                           (nn.RNNCell, {})])
-def test_plain_rnn_needs_no_fix(dml_device, kind, kwargs, profile):
+def test_plain_rnn_needs_no_fix(dml_device, kind, kwargs, assert_parity):
     """rnn_tanh/rnn_relu decompose into linear + tanh/relu, which DirectML runs: no
     dmlshim kernel, no error (emulation/rules.py notes)."""
     dmlshim.deactivate()
     torch.manual_seed(5)
     module, x = kind(3, 4, **kwargs), torch.randn(5, 3)
     got = copy.deepcopy(module).to(dml_device)(x.to(dml_device))
-    _assert_exact([t.cpu() for t in torch.utils._pytree.tree_leaves(got)],
-                  torch.utils._pytree.tree_leaves(module(x)), profile)
+    assert_parity(got, module(x))

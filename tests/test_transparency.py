@@ -52,7 +52,7 @@ def _lazy_outcomes(dml_device):
     return out
 
 
-def test_lazy_modules_convert_and_run_with_dmlshim(dml_device):
+def test_lazy_modules_convert_and_run_with_dmlshim(dml_device, assert_same):
     """With dmlshim active ``.to()/.half()/.float()`` of a lazy module raised
     ``ValueError: Attempted to use an uninitialized parameter`` (CPU and device); now
     every conversion leaves the parameters as without dmlshim and the first forward
@@ -67,7 +67,7 @@ def test_lazy_modules_convert_and_run_with_dmlshim(dml_device):
     assert got.keys() == expected.keys()
     for key, value in expected.items():
         if isinstance(value, torch.Tensor):
-            torch.testing.assert_close(got[key], value, rtol=0, atol=0, msg=str(key))
+            assert_same(got[key], value, f"{key}: ")
         else:
             assert got[key] == value, key
     assert expected["LazyLinear", "half"] == [("UninitializedParameter", "cpu", torch.float16)] * 2
@@ -161,7 +161,7 @@ def test_the_transparency_run_finds_what_dmlshim_breaks(cases, monkeypatch):
     assert all("uninitialized parameter" in r.message for r in results.values())
 
 
-def test_a_sparse_island_comes_back_to_the_cpu(dml_device):
+def test_a_sparse_island_comes_back_to_the_cpu(dml_device, assert_same):
     """``x.to(dml).to_sparse()``: DirectML has no sparse kernels (failure_modes.md #30),
     so raw it fails; with dmlshim it is a CPU island, whose ``.to("cpu")`` and ``.cpu()``
     raised ``Cannot access storage of SparseTensorImpl`` and now give the plain sparse
@@ -178,6 +178,6 @@ def test_a_sparse_island_comes_back_to_the_cpu(dml_device):
         assert islands.is_island(island)
         for plain in (island.to("cpu"), island.cpu()):
             assert type(plain) is torch.Tensor and plain.layout == torch.sparse_coo
-            torch.testing.assert_close(plain.to_dense(), x, rtol=0, atol=0)
+            assert_same(plain.to_dense(), x)
     finally:
         dmlshim.deactivate()
