@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import _select
-from .dispatcher import Done
+from .dispatcher import Done, below
 
 _aten = torch.ops.aten
 
@@ -23,7 +23,7 @@ def _normal_view(op, keyset, args, kwargs):
     if not torch.is_inference_mode_enabled() or args[0].is_inference():
         return None
     with torch._C._InferenceMode(False):
-        return Done(op.redispatch(_select.below(keyset), *args, **kwargs), record=False)
+        return Done(op.redispatch(below(keyset), *args, **kwargs), record=False)
 
 
 # torch-directml's own view kernels (dml_registered_ops.txt); t/transpose/expand/slice/
