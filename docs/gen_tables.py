@@ -5,6 +5,10 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: conformance -->             the OpInfo conformance summary, one row per torch lane
     <!-- results: conformance groups -->      matches per dtype group and mode, rows per lane
     <!-- results: bench FILE.json -->         every row of one benchmark results file
+    <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
+
+Every table says where its figures come from: the file, the date, the machine and the
+torch lane of the run (a file without a ``machine`` record: its commit date).
 
 Run alone, ``python docs/gen_tables.py PAGE.md`` prints the page with its tables filled in.
 A marker naming a missing file, or an unknown marker, stops the build (ValueError).
@@ -20,23 +24,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 # The classes at parity with the CPU (dmlshim.conformance.PARITY; the hook imports no dmlshim)
 PARITY = ("match", "close")
-MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))? -->$", re.M)
+MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))?(?: (.+?))? -->$", re.M)
 
 
 def on_page_markdown(markdown, page=None, config=None, files=None):
     """mkdocs hook: fill in every results marker of a page."""
-    return MARKER.sub(lambda m: _table(m.group(1), m.group(2)), markdown)
+    return MARKER.sub(lambda m: _table(*m.groups()), markdown)
 
 
-def _table(kind, arg):
+def _table(kind, arg, pattern=None):
     if kind == "conformance" and arg is None:
         return conformance_table()
-    if kind == "conformance" and arg == "groups":
+    if kind == "conformance" and arg == "groups" and pattern is None:
         return conformance_groups_table()
     if kind == "bench" and arg:
-        return bench_table(arg)
-    raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''}: "
-                     "allowed: 'conformance', 'conformance groups', 'bench FILE.json'")
+        return bench_table(arg, pattern)
+    raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
+                     "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]'")
 
 
 def _load(name):
@@ -88,7 +92,8 @@ def conformance_table():
             _ops(differs),
             ", ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda x: -x[1])),
             f"`{name}` ({_committed(name)}, commit {d.get('commit', '?')}, Python {d.get('python', '?')}, "
-            f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics)")) + " |")
+            f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics, machine not recorded)"))
+            + " |")
     return "\n".join(lines)
 
 
@@ -138,7 +143,7 @@ def conformance_groups_table():
             lines.append(f"| {d['torch'].split('+')[0]} | {d.get('commit') or '?'} | {group} | "
                          + " | ".join(cells) + " |")
         seconds.append(f"{d['torch'].split('+')[0]}: " + " + ".join(f"{k} {v} s" for k, v in d["seconds"].items()))
-    return "\n".join(lines) + f"\n\nSeconds on 2 cores ({'; '.join(seconds)})."
+    return "\n".join(lines) + f"\n\nSeconds per phase, machine not recorded ({'; '.join(seconds)})."
 
 
 def _time(seconds):
@@ -160,20 +165,32 @@ def _rows_table(rows):
     return "\n".join(lines)
 
 
-def bench_table(name):
-    """Every row of a results file: one benchmark, or a ``make bench`` run of several."""
+def bench_table(name, pattern=None):
+    """The rows of a results file (one benchmark, or a ``make bench`` run of several), all
+    or those whose ``"BENCHMARK: CASE"`` matches ``pattern``, under a line naming the run."""
     d = _load(name)
-    if "results" in d:                       # benchmarks/run.py: machine + several benchmarks
-        m = d["machine"]
-        out = [f"`{name}`: {m['date']}, torch {m['torch']}, Python {m['python']}, "
-               f"{m['cpu']} ({m['cores']} cores), {m['os']}{', --quick' if d.get('quick') else ''}."]
-        for b in d["results"]:
-            out += ["", f"**{b['benchmark']}** ({b.get('wall_s', 0):.0f} s)", "", _rows_table(b["rows"])]
-        return "\n".join(out)
-    extra = d.get("extra", {})
-    torch = extra.get("torch", "not recorded in the file")
-    return "\n".join([f"`{name}` (committed {_committed(name)}; torch {torch}):", "",
-                      _rows_table(d["rows"])])
+    runs = d["results"] if "results" in d else [d]      # benchmarks/run.py: several benchmarks
+    out = [_source(name, d) + (", --quick" if d.get("quick") else "") + "."]
+    for b in runs:
+        rows = [r for r in b["rows"] if pattern is None
+                or re.search(pattern, f"{b['benchmark']}: {r.get('case', '')}")]
+        if rows:
+            out += ["", f"**{b['benchmark']}**" + (f" ({b['wall_s']:.0f} s)" if "wall_s" in b else ""),
+                    "", _rows_table(rows)]
+    if len(out) == 1:
+        raise ValueError(f"docs: no row of {name} matches {pattern!r}")
+    return "\n".join(out)
+
+
+def _source(name, d):
+    """``FILE``: date, torch lane, machine, from the file's ``machine`` record (benchmarks/
+    timing.py writes one) or, in an older file, its commit date and ``extra``'s torch."""
+    m = d.get("machine")
+    if m:
+        return (f"`{name}`: {m['date']}, torch {m['torch']}, Python {m['python']}, "
+                f"{m['cpu']} ({m['cores']} cores), {m['os']}")
+    torch = d.get("extra", {}).get("torch", "not recorded")
+    return f"`{name}`: committed {_committed(name)}, torch {torch}, machine not recorded"
 
 
 if __name__ == "__main__":

@@ -80,8 +80,18 @@ def test_result_tables_come_from_the_json_files():
         markers += gen.MARKER.findall(text)
         filled = gen.on_page_markdown(text)
         assert not gen.MARKER.search(filled), page
-    assert ("conformance", "") in markers and ("bench", "latest-torch2.4.1.json") in markers
+    assert ("conformance", "", "") in markers and ("bench", "latest-torch2.4.1.json", "") in markers
     with pytest.raises(ValueError, match="not found"):
         gen.on_page_markdown("<!-- results: bench no-such-file.json -->")
+    with pytest.raises(ValueError, match="no row of"):
+        gen.on_page_markdown("<!-- results: bench latest-torch2.4.1.json ^no such benchmark -->")
     with pytest.raises(ValueError, match="unknown results marker"):
         gen.on_page_markdown("<!-- results: shoes -->")
+
+
+def test_a_filtered_table_keeps_the_matching_rows_and_names_its_run():
+    gen = _gen_tables()
+    table = gen.on_page_markdown("<!-- results: bench latest-torch2.13.0.json ^shim_overhead: cpu: a \\* b -->")
+    rows = [line for line in table.splitlines() if line.startswith("| cpu")]
+    assert rows and all(row.startswith("| cpu: a * b |") for row in rows)
+    assert table.startswith("`latest-torch2.13.0.json`: ") and "torch 2.13.0" in table and "cores" in table
