@@ -7,10 +7,7 @@ with the machine, date and torch version into one JSON file (default
 if any script failed.
 """
 import argparse
-import datetime
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,20 +34,6 @@ def scripts(only):
     if unknown:
         sys.exit(f"run.py: unknown benchmark(s) {sorted(unknown)}; available: {sorted(found)}")
     return {n: p for n, p in found.items() if n in only or (not only and n not in OPT_IN)}
-
-
-def machine():
-    """CPU model, core count, OS, Python and torch versions, and the UTC date."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import torch
-    return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def run_one(name, path, quick, timeout):
@@ -91,7 +74,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per script")
     args = parser.parse_args()
 
-    selected, info, results = scripts(args.only), machine(), []
+    selected, info, results = scripts(args.only), timing.machine(), []
     args.json = args.json or str(HERE / "results" / f"latest-torch{info['torch'].split('+')[0]}.json")
     print(f"{info['cpu']}, {info['cores']} cores | torch {info['torch']} | {info['date']}")
     for name, path in selected.items():

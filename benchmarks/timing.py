@@ -4,8 +4,10 @@ Variants are timed interleaved (A B C A B C ...), so drift on a busy machine hit
 them all alike: compare ratios, not absolute times. Times are seconds per call.
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
 import time
 import timeit
@@ -83,9 +85,25 @@ def rows(case, timings, baseline=None, note=""):
 
 
 def write_json(path, benchmark, rows, extra=None):
-    """Write the CONTRACT schema: {"benchmark", "rows": [...], "extra": {...}}."""
+    """Write the CONTRACT schema: {"benchmark", "rows": [...], "extra": {...}, "machine":
+    machine()}."""
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"benchmark": benchmark, "rows": rows, "extra": extra or {}}, f, indent=2)
+        json.dump({"benchmark": benchmark, "rows": rows, "extra": extra or {}, "machine": machine()},
+                  f, indent=2)
+
+
+def machine():
+    """CPU model, core count, OS, Python and torch versions, and the UTC date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import torch
+    return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def seconds(s):
@@ -121,6 +139,14 @@ def results_path(name):
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, name)
+
+
+def default_json(args, name):
+    """``args.json`` unless given: ``benchmarks/results/<name>-torch<version>.json``, one
+    results file per torch lane; none for a ``--quick`` run (it would replace the figures)."""
+    import torch
+    if args.json is None and not args.quick:
+        args.json = results_path(f"{name}-torch{torch.__version__.split('+')[0]}.json")
 
 
 def emulated_extra():

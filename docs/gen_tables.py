@@ -6,6 +6,7 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: conformance groups -->      matches per dtype group and mode, rows per lane
     <!-- results: bench FILE.json -->         every row of one benchmark results file
     <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
+    <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
 
 Every table says where its figures come from: the file, the date, the machine and the
 torch lane of the run (a file without a ``machine`` record: its commit date).
@@ -39,8 +40,11 @@ def _table(kind, arg, pattern=None):
         return conformance_groups_table()
     if kind == "bench" and arg:
         return bench_table(arg, pattern)
+    if kind == "zoo" and arg and pattern is None:
+        return zoo_table(arg)
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
-                     "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]'")
+                     "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
+                     "'zoo FILE.json'")
 
 
 def _load(name):
@@ -180,6 +184,17 @@ def bench_table(name, pattern=None):
     if len(out) == 1:
         raise ValueError(f"docs: no row of {name} matches {pattern!r}")
     return "\n".join(out)
+
+
+def zoo_table(name):
+    """examples/zoo.py's model table: a row per family, its columns in the file's order."""
+    d = _load(name)
+    extra, rows = d.get("extra", {}), d["rows"]
+    columns = list(rows[0]) if rows else []
+    return "\n".join([f"{_source(name, d)}; {extra.get('device', '')}, {extra.get('numerics', '?')} "
+                      f"numerics, parity profile '{extra.get('profile', '?')}'.", "",
+                      "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+                     + ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows])
 
 
 def _source(name, d):

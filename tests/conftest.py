@@ -160,10 +160,10 @@ _run_temp = {}
 
 
 def pytest_sessionstart(session):
+    _run_temp.update(tempdir=_tempfile.tempdir,
+                     environ={k: os.environ.get(k) for k in (*_TEMP_VARIABLES, "PYTEST_DEBUG_TEMPROOT")})
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", _tempfile.gettempdir())
-    private = _tempfile.mkdtemp(prefix="dmlshim-test-run-")
-    _run_temp.update(path=private, tempdir=_tempfile.tempdir,
-                     environ={k: os.environ.get(k) for k in _TEMP_VARIABLES})
+    private = _run_temp["path"] = _tempfile.mkdtemp(prefix="dmlshim-test-run-")
     os.environ.update(dict.fromkeys(_TEMP_VARIABLES, private))
     _tempfile.tempdir = private
     try:
