@@ -204,6 +204,20 @@ def numbers_as_tensors(op: torch._ops.OpOverload, args) -> list:
     return out if wrap_number is not None else _zero_dim_dtypes(args, out)
 
 
+def numbers_converter(op: torch._ops.OpOverload) -> Callable[[tuple], list]:
+    """:func:`numbers_as_tensors` bound to ``op``, its Tensor slots looked up once: what a
+    kernel of one op calls on every call (``patches.dispatcher``).  A call with no number
+    in a Tensor slot costs a test per slot (gather's ``dim`` is no Tensor slot)."""
+    slots = tuple(sorted(_tensor_slots(op)))
+
+    def convert(args):
+        for i in slots:
+            if i < len(args) and type(args[i]) in _NUMBERS:
+                return numbers_as_tensors(op, args)
+        return args
+    return convert
+
+
 @functools.lru_cache(maxsize=1024)
 def _number_tensor(kind, value, sign) -> torch.Tensor:
     # Cached (torch.tensor costs ~3 us): a wrapped number is only ever read.  The key

@@ -6,6 +6,9 @@ the rule off, the probe passes.  A user's own Rule that behaves like a row (pads
 zero nll_loss gradients) is detected and fixed too.
 """
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -273,6 +276,15 @@ def test_the_fix_and_the_emulator_rule_share_the_view_kernels_of_the_data():
     assert {op.name() for op in inference_mode._kernels.table} == {f"aten::{n}" for n in views}
     rule = next(r for r in default_rules() if "#41" in r.source)
     assert rule.op == views
+
+
+def test_the_patch_layer_reads_the_view_kernels_without_the_emulator():
+    code = ("import sys, dmlshim.patches.inference_mode as m\n"
+            "assert m._kernels.table\n"
+            "sys.exit('dmlshim.emulation' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
 
 
 def test_symmetric_pads_and_contiguous_gathers_stay_on_the_device(fixed, dml_device):

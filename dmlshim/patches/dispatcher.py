@@ -253,7 +253,7 @@ def below(keyset):
 def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = None):
     """The BackendSelect kernel of ``op`` for ``fix``, the one maker of the net's (``FIXES``)
     and the reported-defect fixes' (``_select.py``) kernels.  Python numbers in Tensor slots
-    become 0-dim tensors first (``fallback.numbers_as_tensors``): the 2.5 of ``x * 2.5``
+    become 0-dim tensors first (``fallback.numbers_converter``): the 2.5 of ``x * 2.5``
     reaches a Python kernel as a Python number, which ``redispatch`` refuses, and
     ``x * True``'s fix must see a bool tensor.  A call with a tensor on ``backend`` (a
     dispatch key) then goes to ``fix``; the fixed call, and every other, is redispatched
@@ -261,10 +261,10 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     (``_select``'s fixes stand aside for probes and the shim's own work; the net fixes the
     shim's own device calls too, a ``cat`` under ``fallback.guard()``)."""
     name = op.name()
-    numbers = fallback.numbers_as_tensors
+    numbers = fallback.numbers_converter(op)
 
     def kernel(keyset, *args, **kwargs):
-        args = numbers(op, args)
+        args = numbers(args)
         if keyset.has(backend) and (aside is None or not aside()):
             start = time.perf_counter()
             fixed = fix(op, keyset, args, kwargs)
@@ -282,10 +282,10 @@ def _island_kernel(op, makes, backend, target: str, name: str):
     factory = not any(isinstance(a.type, torch.TensorType) for a in op._schema.arguments)
     stands_in = op in _TORCH_BACKEND_SELECT
     from_islands = op in _FROM_ISLANDS
-    busy, numbers = fallback.busy, fallback.numbers_as_tensors
+    busy, numbers = fallback.busy, fallback.numbers_converter(op)
 
     def kernel(keyset, *args, **kwargs):
-        args = numbers(op, args)
+        args = numbers(args)
         device = kwargs.get("device")
         if (keyset.has(backend) or device is not None or from_islands) and not busy():
             home = _home(keyset, backend, target, device, from_islands, args, kwargs)
