@@ -146,8 +146,8 @@ _TORCH_THREADS = torch.get_num_threads()     # the session's setting, before any
 # works as before.  Hypothesis, which writes ./.hypothesis (its example database and a
 # constants cache) while collecting, keeps them in pytest's cache folder instead.  At the
 # end the run fails if the private directory holds anything but what a library makes
-# there on its own (`_ALLOWED_IN_TEMP`), naming what it found; the directory is removed
-# either way, so a run leaves nothing in the temp directory.
+# there on its own (`_ALLOWED_IN_TEMP`, `_held_by_libraries`), naming what it found; the
+# directory is removed either way, so a run leaves nothing in the temp directory.
 import re as _re  # noqa: E402
 import shutil as _shutil  # noqa: E402
 import tempfile as _tempfile  # noqa: E402
@@ -157,6 +157,14 @@ _TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
 # OpInfo database does); Hypothesis's folder when pytest runs without its cache (-p no:cacheprovider)
 _ALLOWED_IN_TEMP = _re.compile(r"torchinductor_.*|hypothesis")
 _run_temp = {}
+
+
+def _held_by_libraries() -> set:
+    """Temp folders a library holds for the whole process and removes at exit: torch
+    2.4.1's torch.distributed.nn.jit.instantiator makes one at import (transformers'
+    generate imports it)."""
+    held = getattr(_sys.modules.get("torch.distributed.nn.jit.instantiator"), "_TEMP_DIR", None)
+    return {os.path.basename(held.name)} if held is not None else set()
 
 
 def pytest_sessionstart(session):
@@ -184,7 +192,9 @@ def pytest_sessionfinish(session, exitstatus):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    _run_temp["left"] = sorted(n for n in os.listdir(private) if not _ALLOWED_IN_TEMP.fullmatch(n))
+    held = _held_by_libraries()
+    _run_temp["left"] = sorted(n for n in os.listdir(private)
+                               if not _ALLOWED_IN_TEMP.fullmatch(n) and n not in held)
     _shutil.rmtree(private, ignore_errors=True)
     if _run_temp["left"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
