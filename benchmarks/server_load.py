@@ -131,7 +131,7 @@ def run_model(args, requests, good, label, kind, server_model, Server):
         path = model_dir(tmp, kind)
         results = {}
         for variant, device in (("cpu server", "cpu"), ("emulated DirectML server (dmlshim run)", "emulated")):
-            with Server(device, path, model=server_model) as server:
+            with Server(device, path, log_dir=tmp, model=server_model) as server:
                 results[variant] = load(server, good, requests, args.threads, args.budget)
                 results[variant]["bad_uploads"] = bad_upload_outcomes(server, good)
                 results[variant]["alive"] = server.proc.poll() is None

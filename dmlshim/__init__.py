@@ -20,11 +20,11 @@ from . import devices as _devices
 from . import patches as _patches
 from . import probing as _probing
 from . import trace as _trace
+from ._version import __version__
 from .devices import select_device
 from .trace import report
 
 __all__ = ["activate", "deactivate", "is_active", "report", "select_device", "DirectMLError"]
-__version__ = "0.1.0"
 
 _lock = threading.RLock()
 _ctx: Optional[_patches.Context] = None
@@ -66,8 +66,9 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
             return
         detection = _probing.detect(cfg.target, cfg.probe)
         _trace.start(cfg.trace)
-        _ctx = _patches.Context(target=cfg.target, fallback=cfg.fallback, fixes=detection.fixes,
-                                gated=_probing.gated(detection.defects), present=_present(detection))
+        _ctx = _patches.Context(target=cfg.target, fallback=cfg.fallback, bf16=cfg.bf16,
+                                fixes=detection.fixes, gated=_probing.gated(detection.defects),
+                                present=_present(detection))
         _cfg = cfg
         _patches.install_all(_ctx)
         if not _ctx.present:

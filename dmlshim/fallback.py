@@ -193,10 +193,29 @@ def numbers_as_tensors(op: torch._ops.OpOverload, args) -> list:
     else:
         return args
     slots = _tensor_slots(op)
+    for i, a in enumerate(args):        # numbers only in int/bool/Scalar slots (gather's dim)
+        if i in slots and type(a) in _NUMBERS:
+            break
+    else:
+        return args
     make = _wrapped_number if wrap_number is not None else _number_tensor
     out = [make(type(a), a, math.copysign(1.0, a.real) if type(a) is not bool else 1.0)
            if i in slots and type(a) in _NUMBERS else a for i, a in enumerate(args)]
     return out if wrap_number is not None else _zero_dim_dtypes(args, out)
+
+
+def numbers_converter(op: torch._ops.OpOverload) -> Callable[[tuple], list]:
+    """:func:`numbers_as_tensors` bound to ``op``, its Tensor slots looked up once: what a
+    kernel of one op calls on every call (``patches.dispatcher``).  A call with no number
+    in a Tensor slot costs a test per slot (gather's ``dim`` is no Tensor slot)."""
+    slots = tuple(sorted(_tensor_slots(op)))
+
+    def convert(args):
+        for i in slots:
+            if i < len(args) and type(args[i]) in _NUMBERS:
+                return numbers_as_tensors(op, args)
+        return args
+    return convert
 
 
 @functools.lru_cache(maxsize=1024)
@@ -221,9 +240,7 @@ def _zero_dim_dtypes(args, out) -> list:
     operands = [a for a in args if isinstance(a, torch.Tensor)]
     if not operands or any(t.dim() for t in operands):
         return out
-    number = next((a for a, t in zip(args, out) if a is not t), None)
-    if number is None:                  # the numbers sat in Scalar slots: nothing converted
-        return out
+    number = next(a for a, t in zip(args, out) if a is not t)   # numbers_as_tensors converted one
     dtype = torch.result_type(operands[0], number)
     return [t.to(dtype) if a is not t and t.dtype != dtype else t for a, t in zip(args, out)]
 

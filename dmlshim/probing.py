@@ -246,7 +246,7 @@ def cache_dir() -> str:
 def cache_key(adapter: Optional[str]) -> dict:
     """What a cached verdict depends on: the adapter, its driver, torch-directml's,
     torch's and dmlshim's versions."""
-    from . import __version__
+    from ._version import __version__
     dml = sys.modules.get("torch_directml")
     return {"adapter": adapter, "driver": devices.driver_version(adapter),
             "torch_directml": getattr(dml, "__version__", None), "torch": torch.__version__,

@@ -7,6 +7,11 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: bench FILE.json -->         every row of one benchmark results file
     <!-- results: headline -->                the four figures a user asks for first, per lane
     <!-- results: no_device -->               CPU calls before/after activate() with no device
+    <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
+    <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
+
+Every table says where its figures come from: the file, the date, the machine and the
+torch lane of the run (a file without a ``machine`` record: its commit date).
 
 Run alone, ``python docs/gen_tables.py PAGE.md`` prints the page with its tables filled in.
 A marker naming a missing file, or an unknown marker, stops the build (ValueError).
@@ -25,13 +30,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 # The classes at parity with the CPU (dmlshim.conformance.PARITY; the hook imports no dmlshim)
 PARITY = ("match", "close")
+MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))?(?: (.+?))? -->$", re.M)
 MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))? -->$", re.M)
 REGION = re.compile(r"^(<!-- generated: (\w+)(?: (\S+))? -->\n).*?^(<!-- end generated -->)$", re.M | re.S)
 
 
 def on_page_markdown(markdown, page=None, config=None, files=None):
     """mkdocs hook: fill in every results marker of a page."""
-    return MARKER.sub(lambda m: _table(m.group(1), m.group(2)), markdown)
+    return MARKER.sub(lambda m: _table(*m.groups()), markdown)
 
 
 def refresh(text):
@@ -39,17 +45,20 @@ def refresh(text):
     return REGION.sub(lambda m: f"{m.group(1)}\n{_table(m.group(2), m.group(3))}\n\n{m.group(4)}", text)
 
 
-def _table(kind, arg):
+def _table(kind, arg, pattern=None):
     if kind == "conformance" and arg is None:
         return conformance_table()
-    if kind == "conformance" and arg == "groups":
+    if kind == "conformance" and arg == "groups" and pattern is None:
         return conformance_groups_table()
     if kind == "bench" and arg:
-        return bench_table(arg)
+        return bench_table(arg, pattern)
+    if kind == "zoo" and arg and pattern is None:
+        return zoo_table(arg)
     if kind in _NAMED and arg is None:
         return _NAMED[kind]()
-    raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''}: allowed: 'conformance', "
-                     "'conformance groups', 'bench FILE.json', 'headline', 'no_device'")
+    raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
+                     "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
+                     "'zoo FILE.json', 'headline', 'no_device'")
 
 
 def _load(name):
@@ -101,7 +110,8 @@ def conformance_table():
             _ops(differs),
             ", ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda x: -x[1])),
             f"`{name}` ({_committed(name)}, commit {d.get('commit', '?')}, Python {d.get('python', '?')}, "
-            f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics)")) + " |")
+            f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics, machine not recorded)"))
+            + " |")
     return "\n".join(lines)
 
 
@@ -151,7 +161,7 @@ def conformance_groups_table():
             lines.append(f"| {d['torch'].split('+')[0]} | {d.get('commit') or '?'} | {group} | "
                          + " | ".join(cells) + " |")
         seconds.append(f"{d['torch'].split('+')[0]}: " + " + ".join(f"{k} {v} s" for k, v in d["seconds"].items()))
-    return "\n".join(lines) + f"\n\nSeconds on 2 cores ({'; '.join(seconds)})."
+    return "\n".join(lines) + f"\n\nSeconds per phase, machine not recorded ({'; '.join(seconds)})."
 
 
 def _time(seconds):
@@ -173,17 +183,43 @@ def _rows_table(rows):
     return "\n".join(lines)
 
 
-def bench_table(name):
-    """Every row of a results file: one benchmark, or a ``make bench`` run of several."""
+def bench_table(name, pattern=None):
+    """The rows of a results file (one benchmark, or a ``make bench`` run of several), all
+    or those whose ``"BENCHMARK: CASE"`` matches ``pattern``, under a line naming the run."""
     d = _load(name)
-    if "results" in d:                       # benchmarks/run.py: machine + several benchmarks
-        m = d["machine"]
-        out = [f"`{name}`: {m['date']}, torch {m['torch']}, Python {m['python']}, "
-               f"{m['cpu']} ({m['cores']} cores), {m['os']}{', --quick' if d.get('quick') else ''}."]
-        for b in d["results"]:
-            out += ["", f"**{b['benchmark']}** ({b.get('wall_s', 0):.0f} s)", "", _rows_table(b["rows"])]
-        return "\n".join(out)
-    return "\n".join([f"{_source(name, d)}, torch {_lane(d)}:", "", _rows_table(d["rows"])])
+    runs = d["results"] if "results" in d else [d]      # benchmarks/run.py: several benchmarks
+    out = [_source(name, d) + (", --quick" if d.get("quick") else "") + "."]
+    for b in runs:
+        rows = [r for r in b["rows"] if pattern is None
+                or re.search(pattern, f"{b['benchmark']}: {r.get('case', '')}")]
+        if rows:
+            out += ["", f"**{b['benchmark']}**" + (f" ({b['wall_s']:.0f} s)" if "wall_s" in b else ""),
+                    "", _rows_table(rows)]
+    if len(out) == 1:
+        raise ValueError(f"docs: no row of {name} matches {pattern!r}")
+    return "\n".join(out)
+
+
+def zoo_table(name):
+    """examples/zoo.py's model table: a row per family, its columns in the file's order."""
+    d = _load(name)
+    extra, rows = d.get("extra", {}), d["rows"]
+    columns = list(rows[0]) if rows else []
+    return "\n".join([f"{_source(name, d)}; {extra.get('device', '')}, {extra.get('numerics', '?')} "
+                      f"numerics, parity profile '{extra.get('profile', '?')}'.", "",
+                      "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+                     + ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows])
+
+
+def _source(name, d):
+    """``FILE``: date, torch lane, machine, from the file's ``machine`` record (benchmarks/
+    timing.py writes one) or, in an older file, its commit date and ``extra``'s torch."""
+    m = d.get("machine")
+    if m:
+        return (f"`{name}`: {m['date']}, torch {m['torch']}, Python {m['python']}, "
+                f"{m['cpu']} ({m['cores']} cores), {m['os']}")
+    torch = d.get("extra", {}).get("torch", "not recorded")
+    return f"`{name}`: committed {_committed(name)}, torch {torch}, machine not recorded"
 
 
 # ------------------------------------------------------------------ the headline figures
@@ -203,7 +239,7 @@ def _lanes(prefix):
     return [(n, _load(n)) for n in names]
 
 
-def _source(name, d):
+def _cite(name, d):
     """A figure's file, with its date and machine (the commit date for older files)."""
     m = d.get("machine")
     if m:
@@ -293,7 +329,7 @@ def headline_table():
     for what, prefix, figure in HEADLINE:
         for i, (name, d) in enumerate(_lanes(prefix)):
             lines.append("| " + " | ".join(_cell(x) for x in (
-                what if i == 0 else "", _lane(d), figure(d), _source(name, d))) + " |")
+                what if i == 0 else "", _lane(d), figure(d), _cite(name, d))) + " |")
     return "\n".join(lines)
 
 
@@ -312,7 +348,7 @@ def no_device_table():
         lines.append("| " + " | ".join(_cell(x) for x in [f"`{case}`", *cells]) + " |")
     installed = "; ".join(f"{_lane(d)}: {', '.join(d['extra']['installed']) or 'nothing'}" for _, d in lanes)
     return "\n".join(lines) + (f"\n\nInstalled by `activate()` ({installed}). From "
-                               + "; ".join(_source(n, d) for n, d in lanes) + ".")
+                               + "; ".join(_cite(n, d) for n, d in lanes) + ".")
 
 
 _NAMED = {"headline": headline_table, "no_device": no_device_table}   # markers without a file

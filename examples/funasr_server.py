@@ -46,10 +46,11 @@ class Server:
     ``privateuseone:0``) or ``"cpu"`` (plain ``funasr-server --device cpu``).
     Use as a context manager: it starts, waits for ``/health`` (up to
     ``timeout`` seconds; ``RuntimeError`` with the log tail if it does not come
-    up), and stops by PID on exit. Output goes to a log file, ``self.log``.
+    up), and stops by PID on exit. Output goes to a log file in the folder
+    ``log_dir``, ``self.log``, which the caller owns (a test's ``tmp_path``).
     """
 
-    def __init__(self, device, model_path, *, timeout=180, report=False, model=None):
+    def __init__(self, device, model_path, *, log_dir, timeout=180, report=False, model=None):
         if device not in ("emulated", "cpu"):
             raise ValueError(f"device={device!r}: allowed values are 'emulated', 'cpu'")
         self.device, self.model_path, self.timeout = device, str(model_path), timeout
@@ -58,7 +59,7 @@ class Server:
         self.url = f"http://{HOST}:{self.port}/v1"
         self.report = report
         self.proc = None
-        self.log = Path(tempfile.mkstemp(prefix=f"funasr-server-{device}-", suffix=".log")[1])
+        self.log = Path(log_dir) / f"funasr-server-{device}-{self.port}.log"
 
     def command(self):
         from dmlshim import run
@@ -182,13 +183,14 @@ def main(argv=None):
 
     model_path = args.model_path or funasr_models.build("seaco")
     texts = {}
-    for device in ("emulated", "cpu"):
-        with Server(device, model_path, report=device == "emulated") as server:
-            client = server.client()
-            texts[device] = {name: transcribe(client, data, name) for name, data in samples().items()}
-            print(f"{device}: {server.url} (pid {server.proc.pid})")
-            for name, text in texts[device].items():
-                print(f"  {name}: {text[:60]}")
+    with tempfile.TemporaryDirectory(prefix="funasr-server-logs-") as logs:
+        for device in ("emulated", "cpu"):
+            with Server(device, model_path, log_dir=logs, report=device == "emulated") as server:
+                client = server.client()
+                texts[device] = {name: transcribe(client, data, name) for name, data in samples().items()}
+                print(f"{device}: {server.url} (pid {server.proc.pid})")
+                for name, text in texts[device].items():
+                    print(f"  {name}: {text[:60]}")
     same = texts["emulated"] == texts["cpu"]
     print("identical: the emulated DirectML server's transcripts equal the CPU server's" if same
           else "DIFFERENT transcripts")

@@ -260,3 +260,76 @@ def _device_autograd_thread(dml_device):
     x = torch.ones(1).to(dml_device).requires_grad_()
     x.register_hook(take_the_count)
     x.sum().backward()
+
+
+# --- Tests write only under tmp_path (issue 26) -------------------------------------------
+# The run gets a private temp directory: TMPDIR/TEMP/TMP (subprocesses, the examples,
+# funasr-server) and tempfile's default (this process) point at it from the session's
+# start, so whatever a test or a program it starts writes to "the temp directory" lands
+# there, and no other process on the machine writes into it.  pytest's own tmp_path base
+# stays in the system temp directory (PYTEST_DEBUG_TEMPROOT), where its retention policy
+# works as before.  Hypothesis, which writes ./.hypothesis (its example database and a
+# constants cache) while collecting, keeps them in pytest's cache folder instead.  At the
+# end the run fails if the private directory holds anything but what a library makes
+# there on its own (`_ALLOWED_IN_TEMP`, `_held_by_libraries`), naming what it found; the
+# directory is removed either way, so a run leaves nothing in the temp directory.
+import re as _re  # noqa: E402
+import shutil as _shutil  # noqa: E402
+import tempfile as _tempfile  # noqa: E402
+
+_TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
+# torch's inductor cache folder, made empty when anything imports torch._dynamo (torch.testing's
+# OpInfo database does); Hypothesis's folder when pytest runs without its cache (-p no:cacheprovider)
+_ALLOWED_IN_TEMP = _re.compile(r"torchinductor_.*|hypothesis")
+_run_temp = {}
+
+
+def _held_by_libraries() -> set:
+    """Temp folders a library holds for the whole process and removes at exit: torch
+    2.4.1's torch.distributed.nn.jit.instantiator makes one at import (transformers'
+    generate imports it)."""
+    held = getattr(_sys.modules.get("torch.distributed.nn.jit.instantiator"), "_TEMP_DIR", None)
+    return {os.path.basename(held.name)} if held is not None else set()
+
+
+def pytest_sessionstart(session):
+    _run_temp.update(tempdir=_tempfile.tempdir,
+                     environ={k: os.environ.get(k) for k in (*_TEMP_VARIABLES, "PYTEST_DEBUG_TEMPROOT")})
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", _tempfile.gettempdir())
+    private = _run_temp["path"] = _tempfile.mkdtemp(prefix="dmlshim-test-run-")
+    os.environ.update(dict.fromkeys(_TEMP_VARIABLES, private))
+    _tempfile.tempdir = private
+    try:
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:
+        return
+    cache = getattr(session.config, "cache", None)
+    set_hypothesis_home_dir(cache.mkdir("hypothesis") if cache is not None else _Path(private, "hypothesis"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    private = _run_temp.pop("path", None)
+    if private is None:
+        return
+    _tempfile.tempdir = _run_temp["tempdir"]
+    for key, value in _run_temp["environ"].items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    held = _held_by_libraries()
+    _run_temp["left"] = sorted(n for n in os.listdir(private)
+                               if not _ALLOWED_IN_TEMP.fullmatch(n) and n not in held)
+    _shutil.rmtree(private, ignore_errors=True)
+    if _run_temp["left"] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    left = _run_temp.get("left")
+    if left:
+        terminalreporter.section("files left in the temp directory", sep="=", red=True, bold=True)
+        terminalreporter.line("The run wrote these outside tmp_path (now removed); write them under "
+                              "tmp_path / tmp_path_factory instead:")
+        for name in left:
+            terminalreporter.line(f"  {name}")

@@ -80,9 +80,11 @@ def test_result_tables_come_from_the_json_files():
         markers += gen.MARKER.findall(text)
         filled = gen.on_page_markdown(text)
         assert not gen.MARKER.search(filled), page
-    assert ("conformance", "") in markers and ("bench", "latest-torch2.4.1.json") in markers
+    assert ("conformance", "", "") in markers and ("bench", "latest-torch2.4.1.json", "") in markers
     with pytest.raises(ValueError, match="not found"):
         gen.on_page_markdown("<!-- results: bench no-such-file.json -->")
+    with pytest.raises(ValueError, match="no row of"):
+        gen.on_page_markdown("<!-- results: bench latest-torch2.4.1.json ^no such benchmark -->")
     with pytest.raises(ValueError, match="unknown results marker"):
         gen.on_page_markdown("<!-- results: shoes -->")
 
@@ -98,3 +100,11 @@ def test_readme_and_performance_figures_are_generated_and_current():
     headline = gen.headline_table()
     for prefix in ("no_device", "shim_overhead", "rnn_routes", "funasr_bench", "gfpgan_bench"):
         assert f"`{prefix}-torch" in headline, prefix
+
+
+def test_a_filtered_table_keeps_the_matching_rows_and_names_its_run():
+    gen = _gen_tables()
+    table = gen.on_page_markdown("<!-- results: bench latest-torch2.13.0.json ^shim_overhead: cpu: a \\* b -->")
+    rows = [line for line in table.splitlines() if line.startswith("| cpu")]
+    assert rows and all(row.startswith("| cpu: a * b |") for row in rows)
+    assert table.startswith("`latest-torch2.13.0.json`: ") and "torch 2.13.0" in table and "cores" in table

@@ -57,7 +57,7 @@ def test_server_on_emulated_device_under_load_and_bad_uploads(model_dir, tmp_pat
     good = samples()
     odd = {k: v for k, v in bad_uploads(silence_s=20).items() if k in ("8khz.wav", "silence.wav")}
     expected = cpu_transcripts(model_dir, {**good, **odd}, tmp_path)
-    with Server("emulated", model_dir, report=True) as server:
+    with Server("emulated", model_dir, log_dir=tmp_path, report=True) as server:
         client = server.client(max_retries=2)     # the client's default retry policy
         health = server.health()
         assert health["device"] == "privateuseone:0" and health["models_loaded"] == ["custom"]
@@ -103,7 +103,7 @@ def test_fun_asr_nano_serves_the_cpu_transcripts(nano_dir, tmp_path):
     the Qwen3 decode fails on the device (tests/test_funasr_families.py)."""
     good = samples()
     expected = cpu_transcripts(nano_dir, good, tmp_path)
-    with Server("emulated", nano_dir, report=True, model="fun-asr-nano") as server:
+    with Server("emulated", nano_dir, log_dir=tmp_path, report=True, model="fun-asr-nano") as server:
         health = server.health()
         assert health["device"] == "privateuseone:0" and health["models_loaded"] == ["custom"]
         client = server.client(max_retries=0)

@@ -1,8 +1,10 @@
-"""No import cycles inside ``dmlshim/`` (issue 21; docs/internals.md, "Layers").
+"""No import cycles inside ``dmlshim/`` (issue 21), and no imports up into the top-level
+package from below it (issue 26; docs/internals.md, "Layers").
 
 Every ``import``/``from ... import`` counts, relative ones and those inside functions
 too: a lazy import only hides a cycle until someone moves it to the top.  Importing an
-ancestor package is not an edge (Python runs it first anyway).
+ancestor package is not an edge of the cycle walk (Python runs it first anyway), so
+upward imports have a test of their own.
 """
 import ast
 from pathlib import Path
@@ -23,20 +25,29 @@ def _modules():
     return modules
 
 
-def _imported(name, path, modules):
-    """The dmlshim modules that ``name`` imports anywhere in its source."""
+def _imports(name, path):
+    """``(node, module)`` for every import statement in ``name``'s source: the module an
+    ``import`` names (one pair per name), or the one a ``from ... import`` takes names
+    from, relative levels resolved."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield node, alias.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
+                yield node, ".".join(base + ([node.module] if node.module else []))
             else:
-                module = node.module
-            found.add(module)
+                yield node, node.module
+
+
+def _imported(name, path, modules):
+    """The dmlshim modules that ``name`` imports anywhere in its source."""
+    found = set()
+    for node, module in _imports(name, path):
+        found.add(module)
+        if isinstance(node, ast.ImportFrom):
             found.update(f"{module}.{alias.name}" for alias in node.names)   # submodules
     edges = set()
     for module in found:
@@ -88,3 +99,56 @@ def test_no_import_cycles():
     cycle = _find_cycle(graph)
     assert cycle is None, ("import cycle in dmlshim/: " + " -> ".join(cycle)
                            + "; move what both sides need to the lower module, or pass it in")
+
+
+def _upward(name, path, modules):
+    """``name``'s imports of the top-level package itself: ``import dmlshim``, or ``from
+    dmlshim import X`` / ``from .. import X`` where X is no submodule (so it is defined in
+    dmlshim/__init__.py), as ``"line N: X"``."""
+    found = []
+    for node, module in _imports(name, path):
+        if module != "dmlshim":
+            continue
+        names = ["dmlshim"] if isinstance(node, ast.Import) else \
+            [a.name for a in node.names if f"dmlshim.{a.name}" not in modules]
+        found += [f"line {node.lineno}: {n}" for n in names]
+    return found
+
+
+def _below_the_top(modules, graph):
+    """The modules below dmlshim/__init__.py: those it imports, directly or not, and every
+    module of a subpackage.  The commands it never imports (``check``, ``doctor``,
+    ``__main__`` ...) use the public API from above."""
+    below, todo = set(), ["dmlshim"]
+    while todo:
+        for module in graph[todo.pop()] - below:
+            below.add(module)
+            todo.append(module)
+    below.update(name for name in modules if name.count(".") > 1 or modules[name].name == "__init__.py")
+    below.discard("dmlshim")
+    return below
+
+
+def test_the_upward_walk_sees_plain_relative_and_lazy_imports(tmp_path):
+    modules = {"dmlshim": tmp_path / "__init__.py", "dmlshim.trace": tmp_path / "trace.py",
+               "dmlshim.patches": tmp_path / "patches" / "__init__.py"}
+    path = tmp_path / "patches" / "x.py"
+    path.parent.mkdir()
+    path.write_text("import dmlshim\nfrom .. import trace, activate\n"
+                    "def f():\n    from dmlshim import settings\n    import dmlshim.trace\n")
+    assert _upward("dmlshim.patches.x", path, modules) == [
+        "line 1: dmlshim", "line 2: activate", "line 4: settings"]
+    graph = {"dmlshim": {"dmlshim.trace"}, "dmlshim.trace": set(), "dmlshim.check": {"dmlshim"},
+             "dmlshim.patches": set(), "dmlshim.patches.x": set()}
+    assert _below_the_top(dict.fromkeys(graph, tmp_path / "m.py"), graph) == {
+        "dmlshim.trace", "dmlshim.patches.x"}
+
+
+def test_no_module_below_the_top_imports_the_top_level_package():
+    modules = _modules()
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    upward = {name: found for name in sorted(_below_the_top(modules, graph))
+              if (found := _upward(name, modules[name], modules))}
+    assert not upward, ("modules below dmlshim/__init__.py import it: " + str(upward)
+                        + "; pass what they need down (patches.Context, an argument) or move it "
+                          "to a lower module")

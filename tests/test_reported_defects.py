@@ -6,6 +6,9 @@ the rule off, the probe passes.  A user's own Rule that behaves like a row (pads
 zero nll_loss gradients) is detected and fixed too.
 """
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -238,6 +241,46 @@ def test_inference_mode_keeps_torch_semantics(fixed, dml_device, assert_parity):
     assert run(dml_device)[:3] == run(CPU)[:3]
     assert_parity(run(dml_device)[3], run(CPU)[3])
     assert not any(name.endswith(("view", "as_strided")) for name in _actions())
+
+
+@pytest.mark.parametrize("make", [lambda t: t.view(6, 4), lambda t: t.reshape(24), lambda t: t.split(2),
+                                  lambda t: t.chunk(2, 1), lambda t: t.split([1, 3]), lambda t: t.unfold(1, 2, 2),
+                                  lambda t: torch.ops.aten._unsafe_view(t, [24])],
+                         ids=["view", "reshape", "split", "chunk", "split_with_sizes", "unfold", "_unsafe_view"])
+def test_every_view_kernel_of_a_normal_tensor_works_in_inference_mode(fixed, dml_device, make, assert_same):
+    """Each of DirectML's view kernels (dml_ops.view_kernels: reshape, split, unfold and
+    _unsafe_view have their own) gives what the CPU gives inside inference_mode: normal
+    tensors, views sharing their base's version counter."""
+    def run(device):
+        base = torch.arange(24.0).view(4, 6).to(device)
+        with torch.inference_mode():
+            views = make(base)
+        views = views if isinstance(views, (tuple, list)) else (views,)
+        base.add_(1)                                  # a view shares its base's counter
+        return [(v.is_inference(), None if v.is_inference() else v._version, v.cpu()) for v in views]
+    device, cpu = run(dml_device), run(CPU)
+    assert [d[:2] for d in device] == [c[:2] for c in cpu]
+    assert_same([d[2] for d in device], [c[2] for c in cpu])
+
+
+def test_the_fix_and_the_emulator_rule_share_the_view_kernels_of_the_data():
+    from dmlshim import dml_ops
+    from dmlshim.patches import inference_mode
+    views = dml_ops.view_kernels()
+    assert {"view", "as_strided", "_reshape_alias", "_unsafe_view", "split.Tensor"} <= set(views) <= dml_ops.registered()
+    assert "alias" not in views
+    assert {op.name() for op in inference_mode._kernels.table} == {f"aten::{n}" for n in views}
+    rule = next(r for r in default_rules() if "#41" in r.source)
+    assert rule.op == views
+
+
+def test_the_patch_layer_reads_the_view_kernels_without_the_emulator():
+    code = ("import sys, dmlshim.patches.inference_mode as m\n"
+            "assert m._kernels.table\n"
+            "sys.exit('dmlshim.emulation' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
 
 
 def test_symmetric_pads_and_contiguous_gathers_stay_on_the_device(fixed, dml_device, assert_same):

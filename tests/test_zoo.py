@@ -1,27 +1,28 @@
-"""examples/zoo.py: the compatibility table, on two FunASR families (fast)."""
+"""examples/zoo.py: the compatibility table, on three FunASR families (fast)."""
+import json
+
 import dmlshim
 
 import zoo  # examples/, on sys.path via conftest.py
 
 
-def test_zoo_table_rows_and_markdown(tmp_path, capsys, dml_device, profile):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# title\n\n{zoo.BEGIN}\nold table\n{zoo.END}\n\nafter\n", encoding="utf-8")
+def test_zoo_table_rows_and_results_file(tmp_path, capsys, dml_device, profile):
+    path = tmp_path / "zoo.json"
     try:
-        status = zoo.main(["--only", "SenseVoice", "Whisper", "Nano", "--markdown", str(readme),
+        status = zoo.main(["--only", "SenseVoice", "Whisper", "Nano", "--json", str(path),
                            "--cache-dir", str(tmp_path)])
     finally:
         dmlshim.deactivate()
     out = capsys.readouterr().out
     assert status == 0, out
-    text = readme.read_text(encoding="utf-8")
-    assert "old table" not in text and text.startswith("# title") and text.endswith("after\n")
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
-    assert rows[0] == "| " + " | ".join(zoo.HEADER) + " |"
-    sensevoice, whisper, nano = (row.split(" | ") for row in rows[1:4])
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["benchmark"] == "zoo" and data["extra"]["profile"] == profile
+    assert {"date", "torch", "cpu"} <= set(data["machine"])
+    rows = [[row[column] for column in zoo.HEADER] for row in data["rows"]]
+    sensevoice, whisper, nano = rows
     # SenseVoice: fails raw (a CPU mask indexing a device tensor), the dispatcher net
     # moves the mask to the device, and the transcripts equal the CPU's within the profile
-    assert sensevoice[0] == "| SenseVoiceSmall"
+    assert sensevoice[0] == "SenseVoiceSmall"
     assert sensevoice[1].startswith("`RuntimeError: ") and "sense_voice/model.py" in sensevoice[1]
     assert "`aten::_index_put_impl_` coerce=" in sensevoice[2]
     assert "0 token edit(s)" in sensevoice[3]
@@ -32,7 +33,7 @@ def test_zoo_table_rows_and_markdown(tmp_path, capsys, dml_device, profile):
     assert "`Tensor.to` island=" in whisper[2] and "0 token edit(s)" in whisper[3]
     # Fun-ASR-Nano: transformers' Qwen3 decode concatenates onto an empty KV cache, which
     # DirectML rejects; the shim drops the empty input and stays on the device
-    assert nano[0] == "| Fun-ASR-Nano (SenseVoice encoder + Qwen3, transformers)"
+    assert nano[0] == "Fun-ASR-Nano (SenseVoice encoder + Qwen3, transformers)"
     assert nano[1].startswith("`RuntimeError: The parameter is incorrect")
     assert "`torch.cat` drop-empty=" in nano[2] and "0 token edit(s)" in nano[3]
-    assert f"parity profile '{profile}'" in text
+    assert f"parity profile '{profile}'" in out

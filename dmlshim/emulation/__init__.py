@@ -4,7 +4,7 @@
 torch-directml 0.2.5 (torch 2.4.1): tensors are plain ``torch.Tensor`` with
 real storage on ``privateuseone:0``; arithmetic runs on the CPU underneath and
 is bit-identical to it. Each aten op is routed as torch-directml's real
-dispatcher routes it (``data/dml_op_routing_torch241.tsv``): native, CPU
+dispatcher routes it (``dmlshim/data/dml_op_routing_torch241.tsv``): native, CPU
 fallback with torch-directml's warning, or ``NotImplementedError``; DirectML's
 known quirks are :class:`Rule` objects (see :mod:`.rules`). Tests and
 ``python -m dmlshim check`` use it to see what would break on a real GPU.

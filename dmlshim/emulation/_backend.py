@@ -19,6 +19,7 @@ import torch
 
 from . import _compiled, _python_api, routing
 from .fatal import FatalDirectMLError, abort_message
+from ..dml_ops import aten_op
 from ..fallback import numbers_as_tensors
 
 # Applies the rules to a Python-level call of the device module; _state, which sits
@@ -382,7 +383,7 @@ def _ops_needing_direct_kernels():
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name, (route, delegate) in routing.table().items():
         try:
-            op = routing.aten_op(name)
+            op = aten_op(name)
         except AttributeError:
             continue  # not in the running torch
         qualname = op.name()
@@ -439,7 +440,7 @@ def register(policy_fn):
     to_device, cpu_alias = chosen.to_device, chosen.cpu_alias
     _libraries.append(torch.library.Library("aten", "IMPL"))
     for name, fn in _HAND_WRITTEN.items():
-        op = routing.aten_op(name)
+        op = aten_op(name)
         op_info(op).impl = fn
         _register_direct(op)
     for op in _ops_needing_direct_kernels():

@@ -1,8 +1,8 @@
 """Where each aten overload goes on torch-directml 0.2.5 (torch 2.4.1).
 
-Read from ``data/dml_op_routing_torch241.tsv``: torch 2.4.1's dispatcher with
-torch_directml_native loaded, one row per overload (3127 rows; see failure_modes.md,
-"Companion files").  Routes: ``DML_KERNEL`` (native), ``CPU_FALLBACK`` (copied to the
+Read from ``dmlshim/data/dml_op_routing_torch241.tsv`` (through ``dmlshim.dml_ops``):
+torch 2.4.1's dispatcher with torch_directml_native loaded, one row per overload (3127
+rows; see failure_modes.md, "Companion files").  Routes: ``DML_KERNEL`` (native), ``CPU_FALLBACK`` (copied to the
 CPU and back, with a warning), ``CPU_FALLBACK_NO_CPU_KERNEL`` (``NotImplementedError``,
 row #34), ``COMPOSITE_IMPLICIT`` / ``COMPOSITE_EXPLICIT`` (decomposes before DirectML),
 ``UNKNOWN`` (not an overload of torch 2.4.1).
@@ -10,9 +10,10 @@ row #34), ``COMPOSITE_IMPLICIT`` / ``COMPOSITE_EXPLICIT`` (decomposes before Dir
 What each route means and how structured ops take their ``out=`` delegate's route:
 docs/emulation.md ("Routing")."""
 import functools
-from importlib import resources
 
 import torch
+
+from ..dml_ops import ROUTING_FILE, data_lines
 
 DML_KERNEL = "DML_KERNEL"
 CPU_FALLBACK = "CPU_FALLBACK"
@@ -21,17 +22,12 @@ COMPOSITE_IMPLICIT = "COMPOSITE_IMPLICIT"
 COMPOSITE_EXPLICIT = "COMPOSITE_EXPLICIT"
 UNKNOWN = "UNKNOWN"
 
-TABLE_FILE = "dml_op_routing_torch241.tsv"
-
 
 @functools.lru_cache(maxsize=None)
 def table():
     """``{overload name: (route, delegate name)}`` with ``(`` suffixes dropped."""
     rows = {}
-    text = resources.files(__package__).joinpath("data", TABLE_FILE).read_text("utf-8")
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
+    for line in data_lines(ROUTING_FILE):
         name, raw = line.split("\t")[:2]
         if name == "op":
             continue
@@ -50,16 +46,6 @@ def op_name(op) -> str:
         return base if overload == "default" else f"{base}.{overload}"
     name = op.split("::", 1)[-1]
     return name[: -len(".default")] if name.endswith(".default") else name
-
-
-def aten_op(name: str):
-    """``torch.ops.aten.add.Tensor`` for ``"add.Tensor"`` (``"add"``: the default overload).
-
-    Raises:
-        AttributeError: the running torch has no such overload.
-    """
-    base, _, overload = name.partition(".")
-    return getattr(getattr(torch.ops.aten, base), overload or "default")
 
 
 def lookup(op):

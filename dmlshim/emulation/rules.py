@@ -19,8 +19,7 @@ import torch
 
 from . import _backend, routing
 from .fatal import FatalDirectMLError, abort_message
-# #41's kernels live with their fix: the shim runs on real DirectML without the emulator
-from ..patches.inference_mode import DML_VIEW_KERNELS
+from ..dml_ops import view_kernels
 
 # Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
 # the device's configuration, passes it down: rules stays below _state (no cycle).
@@ -350,7 +349,7 @@ def default_rules():
                      'FAILED at "DMLTensor.cpp":30, please report a bug to PyTorch. unbox '
                      'expects Dml at::Tensor as inputs',
              source="failure_modes.md #10; microsoft/DirectML#442, #397"),
-        Rule(DML_VIEW_KERNELS, when=_view_of_normal_tensor_in_inference_mode,
+        Rule(view_kernels(), when=_view_of_normal_tensor_in_inference_mode,
              message="Cannot set version_counter for inference tensor",
              source="failure_modes.md #41; microsoft/DirectML#602 (0.2.5 in a comment), #622, "
                     "#450; vladmandic/sdnext#3464"),

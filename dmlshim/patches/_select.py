@@ -1,14 +1,13 @@
-"""BackendSelect kernels for one patch module: the helper of the reported-defect fixes.
+"""The reported-defect fixes' BackendSelect kernels: their table, install and probe gating.
 
-Like the dispatcher net (``dispatcher.py``, which explains why BackendSelect), a fix sits
-at the **BackendSelect** key of each aten overload it names, so it holds however the op
-is reached (Python, C++ composites, TorchScript, ``backward()``, ``inference_mode``, any
-thread).  A call with a tensor on the target device goes to ``fix(op, keyset, args,
-kwargs)``, which returns None (nothing to fix), ``(args, kwargs)`` to redispatch to the
-device's kernel, or ``dispatcher.Done(result)`` (``below(keyset)`` is the key set that
-reaches the device's kernel); every other call, the shim's own work (``fallback.busy()``)
-and every call made while :func:`standing_aside` (probes: they must see the raw device,
-``backward()`` included, which runs on autograd's device thread) is redispatched unchanged.
+A fix sits at the **BackendSelect** key of each aten overload it names, as the dispatcher
+net's do (``dispatcher.py`` explains why BackendSelect), so it holds however the op is
+reached (Python, C++ composites, TorchScript, ``backward()``, ``inference_mode``, any
+thread).  Its kernel is the net's, ``dispatcher.fix_kernel`` (its docstring says what a
+fix returns); here it stands aside, passing every call through unchanged, for the shim's
+own work (``fallback.busy()``) and for every call made while :func:`standing_aside`
+(probes: they must see the raw device, ``backward()`` included, which runs on autograd's
+device thread).
 """
 from __future__ import annotations
 
@@ -19,12 +18,7 @@ from typing import Dict, Optional
 import torch
 
 from .. import fallback, trace
-from .dispatcher import _BELOW, Done, Fix, backend_key, fix_kernel
-
-
-def below(keyset):
-    """The key set of a redispatch to the kernels under BackendSelect."""
-    return keyset & _BELOW
+from .dispatcher import Done, Fix, backend_key, fix_kernel
 
 
 _aside = 0                  # > 0 while a probe runs: fixes stand aside on every thread
@@ -65,7 +59,7 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> Optional[t
         return None
     library = torch.library.Library("aten", "IMPL")
     for op, fix in table.items():
-        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend, numbers=False, aside=aside),
+        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend, aside=aside),
                      "BackendSelect", with_keyset=True)
     return library
 

@@ -56,6 +56,7 @@ class Context:
 
     target: str = "privateuseone"
     fallback: str = "auto"
+    bf16: str = "float32"                      # what bfloat16 becomes (config.Config.bf16, DMLSHIM_BF16)
     active: bool = True
     fixes: Optional[FrozenSet[str]] = None     # the fixes switched on; None = all (dmlshim.probing)
     gated: FrozenSet[str] = frozenset()        # the fixes some defect enables

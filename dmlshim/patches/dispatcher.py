@@ -245,26 +245,26 @@ def backend_key(target: str):
         return None
 
 
-def fix_kernel(op, fix: Fix, backend, *, numbers: bool, aside: Optional[Callable[[], bool]] = None):
-    """The BackendSelect kernel of ``op`` for ``fix``, the net's (``FIXES``) and the
-    reported-defect fixes' (``_select.py``): a call with a tensor on ``backend`` (a dispatch
-    key) goes to ``fix``; the fixed call, and every other, is redispatched below BackendSelect.
-    Where the two differ, on purpose:
+def below(keyset):
+    """The key set of a redispatch to the kernels under BackendSelect."""
+    return keyset & _BELOW
 
-    * ``numbers``: Python numbers in Tensor slots become 0-dim tensors first
-      (``fallback.numbers_as_tensors``): the 2.5 of ``x * 2.5`` reaches a Python kernel as a
-      Python number, which ``redispatch`` refuses, and ``x * True``'s fix must see a bool
-      tensor.  The net's ops need it; no Tensor slot of ``_select``'s ops takes a number,
-      and their int arguments (gather's dim) would cost the slow path on every call.
-    * ``aside``: while it returns True the call passes through unfixed (``_select``'s fixes
-      stand aside for probes and the shim's own work; the net fixes the shim's own device
-      calls too, a ``cat`` under ``fallback.guard()``)."""
+
+def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = None):
+    """The BackendSelect kernel of ``op`` for ``fix``, the one maker of the net's (``FIXES``)
+    and the reported-defect fixes' (``_select.py``) kernels.  Python numbers in Tensor slots
+    become 0-dim tensors first (``fallback.numbers_converter``): the 2.5 of ``x * 2.5``
+    reaches a Python kernel as a Python number, which ``redispatch`` refuses, and
+    ``x * True``'s fix must see a bool tensor.  A call with a tensor on ``backend`` (a
+    dispatch key) then goes to ``fix``; the fixed call, and every other, is redispatched
+    below BackendSelect.  While ``aside()`` returns True every call passes through unfixed
+    (``_select``'s fixes stand aside for probes and the shim's own work; the net fixes the
+    shim's own device calls too, a ``cat`` under ``fallback.guard()``)."""
     name = op.name()
-    to_tensors = fallback.numbers_as_tensors if numbers else None
+    numbers = fallback.numbers_converter(op)
 
     def kernel(keyset, *args, **kwargs):
-        if to_tensors is not None:
-            args = to_tensors(op, args)
+        args = numbers(args)
         if keyset.has(backend) and (aside is None or not aside()):
             start = time.perf_counter()
             fixed = fix(op, keyset, args, kwargs)
@@ -282,10 +282,10 @@ def _island_kernel(op, makes, backend, target: str, name: str):
     factory = not any(isinstance(a.type, torch.TensorType) for a in op._schema.arguments)
     stands_in = op in _TORCH_BACKEND_SELECT
     from_islands = op in _FROM_ISLANDS
-    busy, numbers = fallback.busy, fallback.numbers_as_tensors
+    busy, numbers = fallback.busy, fallback.numbers_converter(op)
 
     def kernel(keyset, *args, **kwargs):
-        args = numbers(op, args)
+        args = numbers(args)
         device = kwargs.get("device")
         if (keyset.has(backend) or device is not None or from_islands) and not busy():
             home = _home(keyset, backend, target, device, from_islands, args, kwargs)
@@ -362,7 +362,7 @@ def install(ctx: Context) -> None:
     library = torch.library.Library("aten", "IMPL")
     on = lambda op: ctx.enabled(gate(op))               # noqa: E731
     for op, fix in filter(lambda item: on(item[0]), FIXES.items()):
-        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend, numbers=True), KEY,
+        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend), KEY,
                      with_keyset=True)
     for op, makes in filter(lambda item: on(item[0]), ISLANDS.items()):
         name = op.name()

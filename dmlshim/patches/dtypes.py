@@ -299,11 +299,8 @@ _target = "privateuseone"
 
 def install(ctx: Context) -> None:
     global _target, _bf16_as, _warned_bf16
-    import dmlshim                             # activate() set its settings before installing
-
     _target = ctx.target
-    settings = dmlshim.settings()
-    _bf16_as = _BF16_AS[settings.bf16 if settings is not None else "float32"]
+    _bf16_as = _BF16_AS[ctx.bf16]
     _warned_bf16 = False                       # one warning per activation
     _patches.intercept(ctx, torch.Tensor, "to", _to_handle, select=_to_select(ctx))
     dtype_select = _dtype_select(ctx)

@@ -13,25 +13,19 @@ from __future__ import annotations
 
 import torch
 
+from ..dml_ops import aten_op, view_kernels
 from . import _select
-from .dispatcher import Done
-
-_aten = torch.ops.aten
+from .dispatcher import Done, below
 
 
 def _normal_view(op, keyset, args, kwargs):
     if not torch.is_inference_mode_enabled() or args[0].is_inference():
         return None
     with torch._C._InferenceMode(False):
-        return Done(op.redispatch(_select.below(keyset), *args, **kwargs), record=False)
+        return Done(op.redispatch(below(keyset), *args, **kwargs), record=False)
 
 
-# torch-directml's own view kernels (dml_registered_ops.txt); t/transpose/expand/slice/
-# select/permute reach as_strided.  The emulator's rule for #41 fails on these too
-# (emulation/rules.py imports them).  Not alias, though DirectML has it: a Python kernel's
-# result gets a Python object, which Tensor.as_subclass (it calls alias) then refuses to
-# re-wrap, and nothing a model calls reaches it, so it is neither fixed nor modelled.
-DML_VIEW_KERNELS = ("view", "as_strided", "_reshape_alias", "_unsafe_view")
-
-_kernels = _select.Kernels({getattr(_aten, name).default: _normal_view for name in DML_VIEW_KERNELS})
+# torch-directml's own view kernels, read from its registrations (dml_ops.view_kernels;
+# the emulator's rule for #41 fails on the same list)
+_kernels = _select.Kernels({aten_op(name): _normal_view for name in view_kernels()})
 install, uninstall = _kernels.install, _kernels.uninstall
