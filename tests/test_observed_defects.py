@@ -14,6 +14,7 @@ import dmlshim
 from dmlshim import emulation, observed, parity, patches, probing
 from dmlshim.emulation import rules
 from dmlshim.patches import _resample
+from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
 DEFECTS = {d.name: d for d in observed.OBSERVED}
@@ -74,14 +75,6 @@ def _assert_close(got, want, profile):
 
 def _differs(got, want):
     return any(not torch.allclose(g.cpu(), w, rtol=1e-3, atol=1e-4) for g, w in zip(got, want))
-
-
-@pytest.fixture
-def shim_off():
-    dmlshim.deactivate()
-    yield
-    dmlshim.deactivate()
-    emulation.configure()
 
 
 # ------------------------------------------------------------ on any device, with the shim
