@@ -141,8 +141,10 @@ def test_prelu_fix_keeps_other_calls_on_their_route(dml_device, shim_off):
     assert torch.equal(F.prelu(x, torch.tensor([0.25]).to(dml_device)).cpu(),
                        F.prelu(x.cpu(), torch.tensor([0.25])))
     assert emulation.records()["_prelu_kernel"]["reached"] == 1
+    dmlshim.trace.reset()
     F.prelu(x, torch.rand(3).to(dml_device))                                # the fix: no kernel call
     assert emulation.records()["_prelu_kernel"]["reached"] == 1
+    assert [r["actions"] for r in dmlshim.report().rows if r["op"] == "aten::prelu"] == [{"coerce": 1}]
     with pytest.raises(RuntimeError, match="Mismatch of parameter numbers and input channel size"):
         F.prelu(x, torch.rand(5).to(dml_device))
 

@@ -12,8 +12,11 @@ the elementwise ops.  Never probed (an abort cannot be caught): a static defect.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
+from .. import trace
 from . import _select
 from ._wrap import Context
 from .dispatcher import backend_key
@@ -32,8 +35,11 @@ def _channel_weights(x, weight) -> bool:
 def _kernel(target: str):
     def kernel(x, weight):
         if x.device.type == target and _channel_weights(x, weight) and not _select.aside():
+            start = time.perf_counter()
             w = weight.view(1, -1, *[1] * (x.dim() - 2))
-            return torch.relu(x) - w * (-x).clamp_min(0)
+            result = torch.relu(x) - w * (-x).clamp_min(0)
+            trace.record("aten::prelu", "coerce", time.perf_counter() - start, args=(x, weight))
+            return result
         return _prelu.decompose(x, weight)
     return kernel
 
