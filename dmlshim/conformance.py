@@ -57,6 +57,9 @@ UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "empty_strided", "empty_pe
 OTHER_ALGORITHM = {
     "addr": "DirectML decomposes it (math_addr), the CPU fuses it",
     "nn.functional.linear_cross_entropy": "float32 accumulation on the CPU only",
+    # with dmlshim: its fix of DirectML's bilinear upsampling (failure_modes.md #21)
+    "nn.functional.interpolate": "dmlshim resamples one axis at a time, the CPU both at once",
+    "nn.functional.upsample_bilinear": "dmlshim resamples one axis at a time, the CPU both at once",
 }
 # Dtypes no DirectML device holds (process abort: failure_modes.md #8, #9); float64
 # joins them where has_float64_support() is False (#7).

@@ -27,13 +27,15 @@ import torch
 
 from . import devices, trace
 from .defects import CORE, Defect, Verdict
+from .observed import OBSERVED
 from .reported import REPORTED
 
 
 @functools.lru_cache(maxsize=None)
 def all_defects() -> Tuple[Defect, ...]:
-    """Every known defect: ``defects.CORE``, then ``reported.REPORTED`` (rows #41-#47)."""
-    return CORE + tuple(REPORTED)
+    """Every known defect: ``defects.CORE``, ``reported.REPORTED`` (rows #41-#47), then
+    ``observed.OBSERVED`` (seen on the real binary)."""
+    return CORE + tuple(REPORTED) + OBSERVED
 
 
 def markdown_table(defects: Tuple[Defect, ...] = None) -> str:

@@ -19,11 +19,13 @@ v1.3, v1.4: the file above) or ``RestoreFormer`` (``RestoreFormer()``, file
 which in gfpgan 1.3.8 builds ``ResUpBlock`` from gfpganv1_arch) are left out: they call
 basicsr's compiled CUDA op ``fused_act``, which a DirectML machine cannot build
 (``NameError: name 'fused_act_ext' is not defined`` on the CPU too).
-:func:`realesrgan_file` adds a background upsampler's weights: the ``RRDBNet`` x2 that
-GFPGAN's ``inference_gfpgan.py`` uses (RealESRGAN_x2plus, 23 blocks, 16.7M parameters) at
-``size="real"``, or the same class with 1 block and 16 features at ``size="small"``:
-float16 convolutions on a CPU (and so on the emulated device) are about ten times slower
-than float32, and the real one takes minutes per image there.
+:func:`realesrgan_file` adds a background upsampler's weights (``BG_UPSAMPLERS``):
+``realesrgan``, the ``RRDBNet`` x2 that GFPGAN's ``inference_gfpgan.py`` uses
+(RealESRGAN_x2plus, 23 blocks, 16.7M parameters) at ``size="real"``, or the same class
+with 1 block and 16 features at ``size="small"``; ``realesrgan-general``, Real-ESRGAN's
+``SRVGGNetCompact`` x4 with ``PReLU(64)`` activations (realesr-general-x4v3, 32 convs) or
+2 convs of 16 features. float16 convolutions on a CPU (and so on the emulated device) are
+about ten times slower than float32, and the real RRDBNet takes minutes per image there.
 
 :func:`restorer` then builds a ``GFPGANer`` through its real loader: ``torch.load`` +
 strict ``load_state_dict`` of the GFPGAN file, and facexlib's ``init_detection_model`` /
@@ -74,6 +76,7 @@ ARCH_LABELS = {"clean": "v1.4 (clean)", "RestoreFormer": "RestoreFormer"}
 # GFPGANer archs that call basicsr's compiled CUDA ops (basicsr/ops/fused_act)
 CUDA_OP_ARCHS = ("original", "bilinear")
 REALESRGAN_FILE = "RealESRGAN_x2plus.pth"
+REALESRGAN_GENERAL_FILE = "realesr-general-x4v3.pth"
 DETECTION_FILE = "gfpgan/weights/detection_Resnet50_Final.pth"
 PARSING_FILE = "gfpgan/weights/parsing_parsenet.pth"
 
@@ -129,11 +132,18 @@ RRDB_SIZES = {"real": {"num_feat": 64, "num_block": 23, "num_grow_ch": 32},
               "small": {"num_feat": 16, "num_block": 1, "num_grow_ch": 8}}
 
 
-def realesrgan_file(folder, *, size="small", seed=0):
-    """Write ``RealESRGAN_x2plus-<size>.pth`` (random :func:`realesrgan_net` under
-    ``params_ema``, as the release file) into ``folder`` once; return its path."""
-    name = REALESRGAN_FILE.replace(".pth", f"-{size}.pth")
-    _write(Path(folder), {name: lambda: {"params_ema": realesrgan_net(size).state_dict()}}, seed)
+# SRVGGNetCompact arguments: "real" = realesr-general-x4v3 as Real-ESRGAN's
+# inference_realesrgan.py builds it
+SRVGG_SIZES = {"real": {"num_feat": 64, "num_conv": 32}, "small": {"num_feat": 16, "num_conv": 2}}
+
+
+def realesrgan_file(folder, *, size="small", seed=0, kind="realesrgan"):
+    """Write ``<release file>-<size>.pth`` of background upsampler ``kind`` (a key of
+    ``BG_UPSAMPLERS``; random weights under ``params_ema``, as the release files) into
+    ``folder`` once; return its path."""
+    make, _, release = BG_UPSAMPLERS[kind]
+    name = release.replace(".pth", f"-{size}.pth")
+    _write(Path(folder), {name: lambda: {"params_ema": make(size).state_dict()}}, seed)
     return Path(folder) / name
 
 
@@ -145,6 +155,21 @@ def realesrgan_net(size="small"):
     if size not in RRDB_SIZES:
         raise ValueError(f"RRDBNet size {size!r}: allowed values are {', '.join(RRDB_SIZES)}")
     return RRDBNet(num_in_ch=3, num_out_ch=3, scale=2, **RRDB_SIZES[size]).eval()
+
+
+def srvgg_net(size="small"):
+    """Real-ESRGAN's ``SRVGGNetCompact`` x4 with ``PReLU(num_feat)`` activations (``size``:
+    a key of ``SRVGG_SIZES``), random weights from the current seed."""
+    from realesrgan.archs.srvgg_arch import SRVGGNetCompact
+
+    if size not in SRVGG_SIZES:
+        raise ValueError(f"SRVGGNetCompact size {size!r}: allowed values are {', '.join(SRVGG_SIZES)}")
+    return SRVGGNetCompact(num_in_ch=3, num_out_ch=3, upscale=4, act_type="prelu", **SRVGG_SIZES[size]).eval()
+
+
+# --bg-upsampler -> (network maker, its scale, release file name)
+BG_UPSAMPLERS = {"realesrgan": (realesrgan_net, 2, REALESRGAN_FILE),
+                 "realesrgan-general": (srvgg_net, 4, REALESRGAN_GENERAL_FILE)}
 
 
 def _write(folder, makers, seed):
@@ -176,18 +201,21 @@ def restorer(folder, device, *, upscale=2, arch="clean", bg_upsampler=None):
     return gfpganer
 
 
-def background_upsampler(device, *, half, folder=None, model_path=None, size="small", tile=400):
-    """``realesrgan.RealESRGANer`` x2 as inference_gfpgan.py builds it (``tile`` pixels per
+def background_upsampler(device, *, half, folder=None, model_path=None, size="small", tile=400,
+                         kind="realesrgan"):
+    """``realesrgan.RealESRGANer`` as inference_gfpgan.py builds it (``tile`` pixels per
     tile, 0 = no tiling; ``tile_pad`` 10, ``pre_pad`` 0; ``half``: model and input in
-    float16), on ``device``.
+    float16), on ``device``, for ``kind``: ``realesrgan`` (RRDBNet x2) or
+    ``realesrgan-general`` (SRVGGNetCompact x4).
 
-    Weights: ``model_path`` (a RealESRGAN_x2plus .pth or its release URL; ``size`` must
-    then be "real"), else random ones of ``size`` written into ``folder``.
+    Weights: ``model_path`` (the release .pth or its URL; ``size`` must then be "real"),
+    else random ones of ``size`` written into ``folder``.
     """
     from realesrgan import RealESRGANer
 
-    path = model_path or str(realesrgan_file(folder, size=size))
-    upsampler = RealESRGANer(scale=2, model_path=path, model=realesrgan_net(size), tile=tile,
+    make, scale, _ = BG_UPSAMPLERS[kind]
+    path = model_path or str(realesrgan_file(folder, size=size, kind=kind))
+    upsampler = RealESRGANer(scale=scale, model_path=path, model=make(size), tile=tile,
                              tile_pad=10, pre_pad=0, half=half, device=device)
     if half:
         upsampler.pre_process = _pad_in_float32(upsampler)

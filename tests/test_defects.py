@@ -123,7 +123,7 @@ def test_no_rules_no_optional_fix(dml_device, shim_off, assert_parity):
     dmlshim.activate(fallback="auto")
     detection = probing.last()
     assert {s for s in detection.status.values()} == {probing.NOT_DETECTED, probing.STATIC}
-    static = {f for d in defects.CORE if d.static for f in d.fixes}
+    static = {f for d in probing.all_defects() if d.static for f in d.fixes}
     assert detection.fixes == static
     # of the patches some defect enables, only the static defects' are installed (others,
     # e.g. jit for core torch's #48 or basicsr on a torchvision import, fix no DirectML defect)

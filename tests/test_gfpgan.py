@@ -46,6 +46,14 @@ OUT_OF_MEMORY = emulation.Rule(
 
 
 @pytest.fixture(scope="session")
+def profile():
+    """"device", the emulated device included: GFPGANv1Clean upsamples with bilinear
+    ``F.interpolate``, which dmlshim computes on the device with other kernels than the
+    CPU's (failure_modes.md #21, docs/defects.md "Upsampling"), rounding differently."""
+    return "device"
+
+
+@pytest.fixture(scope="session")
 def gfpgan_lib():
     """``gfpgan`` imported (basicsr needs dmlshim active at its first import)."""
     was_active = dmlshim.is_active()

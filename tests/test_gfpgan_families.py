@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import parity
+from dmlshim import emulation, parity
 
 import gfpgan_models  # examples/, on sys.path via conftest.py
 import gfpgan_restore
@@ -25,11 +25,11 @@ def crop():
     return cv2.imread(str(PHOTO), cv2.IMREAD_COLOR)[96:144, 96:144].copy()
 
 
-def upscale(device, image, folder, half=True, tile=16):
-    """RealESRGANer (small RRDBNet x2, tiled) on ``image``: the uint8 (2H, 2W, 3) image and
-    the network's assembled output before rounding to 8 bits, (1, 3, 2H, 2W) in [0, 1] on
-    the CPU, float16 when ``half``."""
-    upsampler = gfpgan_models.background_upsampler(device, half=half, folder=folder, tile=tile)
+def upscale(device, image, folder, half=True, tile=16, kind="realesrgan"):
+    """RealESRGANer (``kind``: small RRDBNet x2 or SRVGGNetCompact x4, tiled) on ``image``:
+    the uint8 (2H, 2W, 3) image and the network's assembled output before rounding to 8
+    bits, (1, 3, sH, sW) in [0, 1] on the CPU, float16 when ``half``."""
+    upsampler = gfpgan_models.background_upsampler(device, half=half, folder=folder, tile=tile, kind=kind)
     assert next(upsampler.model.parameters()).dtype == (torch.float16 if half else torch.float32)
     image = upsampler.enhance(image, outscale=2)[0]
     # clamped: on the CPU in float32, enhance() clamps upsampler.output in place
@@ -63,6 +63,31 @@ def test_realesrgan_odd_width_fails_without_the_shim(crop, dml_device, gfpgan_li
     height instead (DirectML#687, failure_modes.md #42), and pixel_unshuffle refuses it."""
     with pytest.raises(AssertionError):
         upscale(dml_device, crop[:, :47].copy(), tmp_path, half=False, tile=0)
+
+
+def test_realesrgan_general_prelu_matches_cpu_with_the_shim(crop, dml_device, gfpgan_lib, tmp_path,
+                                                            profile):
+    """realesr-general-x4v3's SRVGGNetCompact (PReLU(16) here, PReLU(64) in the release) with
+    the shim: the image and the float output equal the CPU's within the profile.  float32:
+    the 16-bit ops of the real binary's lavapipe stack are wrong today."""
+    ref, ref_out = upscale("cpu", crop, tmp_path, half=False, kind="realesrgan-general")
+    assert ref.shape == (96, 96, 3) and ref_out.shape == (1, 3, 192, 192) and ref_out.std() > 0
+    dmlshim.activate()
+    try:
+        image, out = upscale(dml_device, crop, tmp_path, half=False, kind="realesrgan-general")
+    finally:
+        dmlshim.deactivate()
+    figures = parity.compare_images(image, ref)
+    assert figures.within(profile), figures
+    parity.assert_close(out, ref_out, profile)
+
+
+@pytest.mark.emulated_only
+def test_realesrgan_general_aborts_without_the_shim(crop, dml_device, gfpgan_lib, tmp_path):
+    """PReLU(C) on a 4-D input: torch-directml 0.2.5 aborts the process (failure_modes.md
+    #29, DirectML#271, #445), which the emulator raises as FatalDirectMLError."""
+    with pytest.raises(emulation.FatalDirectMLError, match="DML_TENSOR_DIMENSION_COUNT_MAX"):
+        upscale(dml_device, crop, tmp_path, half=False, kind="realesrgan-general")
 
 
 def small_net():
@@ -112,6 +137,7 @@ def test_example_options(capsys):
     args = gfpgan_restore.parse_args(["--arch", "RestoreFormer", "--bg-upsampler", "realesrgan"])
     assert (args.arch, args.bg_upsampler, args.bg_tile, args.bg_half) == (
         "RestoreFormer", "realesrgan", 400, "auto")
+    assert gfpgan_restore.parse_args(["--bg-upsampler", "realesrgan-general"]).bg_upsampler == "realesrgan-general"
     for bad in (["--arch", "original"], ["--arch", "bilinear"], ["--bg-tile", "-1"]):
         with pytest.raises(SystemExit):
             gfpgan_restore.parse_args(bad)

@@ -18,8 +18,10 @@ from typing import Callable, Optional, Tuple, Union
 import torch
 
 from . import _backend, routing
-from .fatal import FatalDirectMLError, abort_message
+from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
 from ..dml_ops import view_kernels
+# the upsample fixes' resampling, run here with DirectML's source tables
+from ..patches import _resample
 
 # Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
 # the device's configuration, passes it down: rules stays below _state (no cycle).
@@ -299,6 +301,87 @@ def _counts_asked(self, sorted=True, return_inverse=False, return_counts=False):
     return return_counts
 
 
+# --------------------------- seen on the real torch-directml 0.2.5 binary (dmlshim.observed)
+# Measured there in float32: 790 nearest index vectors and 444 bilinear rows, sizes 1-40,
+# scales 0.3-4, with and without a scale, equal these tables exactly.
+
+def _dml_tables(kind, input_size, output_size, scales):
+    """DirectML's source tables: ``dst * (1 / s)`` in float32, ``s`` = float32(scale), or
+    out / in in float32 without one; no half-pixel offset; nearest rounds down."""
+    tables = []
+    for in_size, out_size, scale in zip(input_size[2:], output_size, scales):
+        ratio = (torch.tensor(scale, dtype=torch.float32) if scale is not None and scale > 0
+                 else torch.tensor(out_size, dtype=torch.float32) / in_size)
+        source = torch.arange(out_size, dtype=torch.float32) * (1 / ratio)
+        tables.append(_resample.linear_table(source, in_size) if kind == "linear"
+                      else _resample.Table(source.long().clamp_max(in_size - 1)))
+    return tables
+
+
+def _dml_upsample(kind):
+    def upsample(self, output_size, *args, out=None):
+        args = args[1:] if kind == "linear" else args                 # align_corners
+        tables = _dml_tables(kind, self.shape, output_size, (list(args) + [None, None])[:2])
+        result = _backend.to_device(_resample.upsample2d(_backend.cpu_alias(self), tables))
+        return _resample.into(out, result)
+    return upsample
+
+
+def _dml_upsample_backward(kind):
+    def backward(grad, output_size, input_size, *args, grad_input=None):
+        args = args[1:] if kind == "linear" else args
+        tables = _dml_tables(kind, input_size, output_size, (list(args) + [None, None])[:2])
+        result = _resample.upsample2d_backward(_backend.cpu_alias(grad), input_size, tables)
+        return _resample.into(grad_input, _backend.to_device(result))
+    return backward
+
+
+def _half_pixel(self, output_size, align_corners, *_, **__):
+    return not align_corners
+
+
+def _half_pixel_backward(grad, output_size, input_size, align_corners, *_, **__):
+    return not align_corners
+
+
+def _channel_weights_4d(self, weight):
+    """nn.PReLU(C) on a >= 4-D input (the weight arrives as (1, C, 1, ...))."""
+    return weight.numel() > 1 and self.dim() >= 4
+
+
+def _channel_weights_3d(self, weight):
+    """nn.PReLU(C) on a 3-D input of a batch other than 1 and C."""
+    return weight.numel() > 1 and self.dim() == 3 and self.shape[0] not in (1, weight.numel())
+
+
+def _prelu_3d_message(self, weight):
+    return (f"The size of tensor a ({weight.numel()}) must match the size of tensor b "
+            f"({self.shape[0]}) at non-singleton dimension 2")
+
+
+def observed_rules():
+    """What the real torch-directml 0.2.5 binary gets wrong and no other rule models
+    (``dmlshim.observed``; part of :func:`default_rules`)."""
+    source = "failure_modes.md {}; the real torch-directml 0.2.5 binary{}"
+    return [
+        Rule("upsample_bilinear2d", when=_half_pixel, replace=_dml_upsample("linear"),
+             source=source.format("#21", "; microsoft/DirectML#482: align_corners=False reads "
+                                         "dst / scale, no half-pixel offset (silent)")),
+        Rule("upsample_bilinear2d_backward", when=_half_pixel_backward,
+             replace=_dml_upsample_backward("linear"), source=source.format("#21", ": its backward")),
+        Rule("upsample_nearest2d", replace=_dml_upsample("nearest"),
+             source=source.format("#60", ": source floor(dst * (1 / float32(scale))) (silent)")),
+        Rule("upsample_nearest2d_backward", replace=_dml_upsample_backward("nearest"),
+             source=source.format("#60", ": its backward")),
+        Rule("_prelu_kernel", when=_channel_weights_4d, error=FatalDirectMLError, message=RANK_ABORT,
+             source=source.format("#29", "; microsoft/DirectML#271, #445: nn.PReLU(C) on a 4-D "
+                                         "or 5-D input (process abort)")),
+        Rule("_prelu_kernel", when=_channel_weights_3d, message=_prelu_3d_message,
+             source=source.format("#29", ": nn.PReLU(C) on a 3-D input (a batch of 1 or C "
+                                         "gives wrong values instead; not modelled)")),
+    ]
+
+
 def unconfirmed_rules():
     """Reported on older torch-directml, unknown on 0.2.5 (off by default; add them
     with ``configure(rules=unconfirmed_rules(), extend=True)``)."""
@@ -367,4 +450,5 @@ def default_rules():
              source="failure_modes.md #46; torch_directml.device(device_id) compares with int; "
                     "python-audio-separator PR#295, microsoft/DirectML#466"),
         *fused_rnn_rules(),
+        *observed_rules(),
     ]

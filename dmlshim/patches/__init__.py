@@ -105,6 +105,14 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("load", "torch.load(map_location=dml): TypeError '>=' between torch.device and int "
                   "(audio-separator PR#295, DirectML#466; #46): device() gets the index"),
     Patch("unique", "unique(return_counts=True) refused (DirectML#410; #47): on the CPU"),
+    # seen on the real torch-directml 0.2.5 binary (dmlshim.observed): BackendSelect kernels
+    # (_resample.py), and prelu's at the Autograd and backend keys
+    Patch("upsample_bilinear", "bilinear upsampling without the half-pixel offset (DirectML#482; #21): "
+                               "two one-axis resamplings with PyTorch's tables, on the device"),
+    Patch("upsample_nearest", "nearest upsampling at a non-integer scale reads the pixel before (#60): "
+                              "index_select with the CPU kernel's indices, on the device"),
+    Patch("prelu", "PReLU(C) on a >= 3-D input aborts the process (DirectML#271, #445; #29): "
+                   "relu(x) - w * (-x).clamp_min(0), on the device"),
 )
 
 _lock = threading.RLock()

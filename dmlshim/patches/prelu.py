@@ -1,0 +1,62 @@
+"""``nn.PReLU(num_parameters=C)`` on a 3-D or larger input fails on torch-directml 0.2.5.
+
+A 4-D or 5-D input aborts the process: ``Check failed: rank <= DML_TENSOR_DIMENSION_COUNT_MAX``
+(dml_tensor_desc.cc; microsoft/DirectML#271 for GPEN, #445; failure_modes.md #29); a
+3-D one raises "The size of tensor a (C) must match the size of tensor b (N)" (the real
+binary).  Real-ESRGAN's SRVGGNetCompact (realesr-general-x4v3, realesr-animevideov3),
+GPEN and RIFE call it.  One parameter, or a 2-D input, takes another route and is left
+alone.  Fixed on the device: ``aten::prelu`` as ``relu(x) - w * (-x).clamp_min(0)``
+(clamp_min's gradient at 0 is 1: the input's gradient at 0 is ``w``, as the CPU's), at the
+target's Autograd and backend keys (as ``dispatcher.COMPOSITES``): autograd differentiates
+the elementwise ops.  Never probed (an abort cannot be caught): a static defect.  Docs: docs/defects.md.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .. import trace
+from . import _select
+from ._wrap import Context
+from .dispatcher import backend_key
+
+_prelu = torch.ops.aten.prelu.default
+_library = None
+
+
+def _channel_weights(x, weight) -> bool:
+    """A call that reaches DirectML's failing route: one weight per channel of a >= 3-D
+    input (and arguments aten::prelu accepts; anything else gets its own error)."""
+    return (weight.numel() > 1 and x.dim() >= 3 and weight.dim() == 1 and x.shape[1] == weight.numel()
+            and x.dtype == weight.dtype and x.device == weight.device)
+
+
+def _kernel(target: str):
+    def kernel(x, weight):
+        if x.device.type == target and _channel_weights(x, weight) and not _select.aside():
+            start = time.perf_counter()
+            w = weight.view(1, -1, *[1] * (x.dim() - 2))
+            result = torch.relu(x) - w * (-x).clamp_min(0)
+            trace.record("aten::prelu", "coerce", time.perf_counter() - start, args=(x, weight))
+            return result
+        return _prelu.decompose(x, weight)
+    return kernel
+
+
+def install(ctx: Context) -> None:
+    global _library
+    backend = backend_key(ctx.target)
+    if _library is not None or backend is None:
+        return
+    library, kernel = torch.library.Library("aten", "IMPL"), _kernel(ctx.target)
+    for key in ("Autograd" + backend.name, backend.name):
+        library.impl("prelu", kernel, key)
+    _library = library
+
+
+def uninstall() -> None:
+    global _library
+    library, _library = _library, None
+    if library is not None:
+        library._destroy()

@@ -1,0 +1,193 @@
+"""Defects seen on the real torch-directml 0.2.5 binary (dmlshim.observed), both ways.
+
+Bilinear and non-integer nearest upsampling give wrong values (failure_modes.md #21, #60);
+``nn.PReLU(C)`` on a 4-D input aborts the process (#29).  On the emulator: with the default
+rules each defect shows without dmlshim and the result is within the device profile with
+it; with a rule off its probe passes and its fix stays off.  The tests without the marker
+run on the real device too (``DMLSHIM_TEST_DEVICE=directml``).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dmlshim
+from dmlshim import emulation, observed, parity, patches, probing
+from dmlshim.emulation import rules
+from dmlshim.patches import _resample
+from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
+
+CPU = torch.device("cpu")
+DEFECTS = {d.name: d for d in observed.OBSERVED}
+
+
+def _image(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _grad_of_input(fn, x):
+    """``fn(x)`` and the gradient of ``(fn(x) * ramp).sum()`` with respect to ``x``."""
+    x = x.clone().requires_grad_()
+    y = fn(x)
+    y.backward(torch.linspace(-1, 1, y.numel()).view(y.shape).to(y.device))
+    return y.detach(), x.grad
+
+
+def _gfpgan_bilinear(device):
+    """GFPGANv1Clean's up and down ResBlocks and StyleGAN2's ToRGB skip (align_corners=False),
+    and their backward."""
+    x = _image(1, 3, 17, 23).to(device)
+    up = _grad_of_input(lambda t: F.interpolate(t, scale_factor=2, mode="bilinear", align_corners=False), x)
+    down = _grad_of_input(lambda t: F.interpolate(t, scale_factor=0.5, mode="bilinear", align_corners=False), x)
+    return (*up, *down, F.interpolate(x, size=(40, 33), mode="bilinear", align_corners=True))
+
+
+def _nearest_17(device):
+    """A 1.7x nearest upsample, by scale and by size, and its backward."""
+    x = _image(1, 3, 17, 23).to(device)
+    return (*_grad_of_input(lambda t: F.interpolate(t, scale_factor=1.7, mode="nearest"), x),
+            F.interpolate(x, size=(28, 39), mode="nearest"))
+
+
+def _prelu_channels(device):
+    """Real-ESRGAN's SRVGGNetCompact activation, PReLU(64) on a 4-D input, and on a 3-D one,
+    with the gradients of the input (zeros included) and of the weights."""
+    x = _image(2, 64, 5, 6)
+    x[0, :, 0] = 0.0
+    w = torch.rand(64, generator=torch.Generator().manual_seed(1))
+    x, w = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+    y = F.prelu(x, w)
+    y.backward(torch.linspace(-1, 1, y.numel()).view(y.shape).to(device))
+    return y.detach(), x.grad, w.grad, F.prelu(_image(4, 64, 7).to(device), w.detach())
+
+
+REPROS = {"upsample_bilinear": _gfpgan_bilinear, "upsample_nearest": _nearest_17,
+          "prelu_channels": _prelu_channels}
+# defect -> the default rules that produce it
+RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
+         "upsample_nearest": lambda r: r.op in ("upsample_nearest2d", "upsample_nearest2d_backward"),
+         "prelu_channels": lambda r: r.op == "_prelu_kernel"}
+
+
+def _assert_close(got, want, profile):
+    for g, w in zip(got, want, strict=True):
+        parity.assert_close(g, w, profile)
+
+
+def _differs(got, want):
+    return any(not torch.allclose(g.cpu(), w, rtol=1e-3, atol=1e-4) for g, w in zip(got, want))
+
+
+# ------------------------------------------------------------ on any device, with the shim
+
+@pytest.mark.parametrize("name", sorted(REPROS))
+def test_with_the_shim_equals_cpu(dml_device, shim_off, name):
+    """Within the device profile: the fixes compute with other kernels than the CPU's
+    (a resampling per axis, relu and clamp_min), rounding differently by an ulp or so."""
+    dmlshim.activate(fallback="known")
+    assert set(DEFECTS[name].fixes) <= set(patches.installed())
+    _assert_close(REPROS[name](dml_device), REPROS[name](CPU), "device")
+
+
+def test_probes_pass_on_the_cpu():
+    assert all(not d.probe(CPU).broken for d in observed.OBSERVED if not d.static)
+
+
+# ------------------------------------------------------------ both ways, on the emulator
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest"])
+def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, name):
+    emulation.configure(rules=[r for r in rules.default_rules() if RULES[name](r)])
+    verdict = DEFECTS[name].probe(dml_device)
+    assert verdict.broken and verdict.figure.startswith("max |Δ|")
+    assert _differs(REPROS[name](dml_device), REPROS[name](CPU))         # the defect shows
+    dmlshim.activate(fallback="known")
+    assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == [name]
+    assert set(DEFECTS[name].fixes) <= set(patches.installed())
+    _assert_close(REPROS[name](dml_device), REPROS[name](CPU), "device")
+    assert DEFECTS[name].probe(dml_device).broken                       # probes see the raw device
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest"])
+def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name):
+    emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
+    dmlshim.activate(fallback="known")
+    assert probing.last().status[name] == probing.NOT_DETECTED
+    assert probing.last().verdicts[name] == probing.Verdict(False, "equal")
+    assert not set(DEFECTS[name].fixes) & set(patches.installed())
+    _assert_close(REPROS[name](dml_device), REPROS[name](CPU), "exact")
+
+
+@pytest.mark.emulated_only
+def test_prelu_aborts_raw_and_is_static(dml_device, shim_off):
+    with pytest.raises(emulation.FatalDirectMLError, match="rank <= DML_TENSOR_DIMENSION_COUNT_MAX"):
+        torch.nn.PReLU(8).to(dml_device)(_image(1, 8, 3, 3).to(dml_device))
+    with pytest.raises(RuntimeError, match=r"size of tensor a \(8\) must match the size of tensor b \(2\)"):
+        torch.nn.PReLU(8).to(dml_device)(_image(2, 8, 3).to(dml_device))
+    emulation.configure(rules=[])
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["prelu_channels"] == probing.STATIC        # never probed
+    assert "prelu" in patches.installed()
+    _assert_close(REPROS["prelu_channels"](dml_device), REPROS["prelu_channels"](CPU), "exact")
+
+
+@pytest.mark.emulated_only
+def test_prelu_fix_keeps_other_calls_on_their_route(dml_device, shim_off):
+    """One weight, a 2-D input, bad arguments: aten::prelu's own decomposition and errors."""
+    dmlshim.activate(fallback="known")
+    emulation.reset_records()
+    x = _image(2, 3, 4, 4).to(dml_device)
+    assert torch.equal(F.prelu(x, torch.tensor([0.25]).to(dml_device)).cpu(),
+                       F.prelu(x.cpu(), torch.tensor([0.25])))
+    assert emulation.records()["_prelu_kernel"]["reached"] == 1
+    dmlshim.trace.reset()
+    F.prelu(x, torch.rand(3).to(dml_device))                                # the fix: no kernel call
+    assert emulation.records()["_prelu_kernel"]["reached"] == 1
+    assert [r["actions"] for r in dmlshim.report().rows if r["op"] == "aten::prelu"] == [{"coerce": 1}]
+    with pytest.raises(RuntimeError, match="Mismatch of parameter numbers and input channel size"):
+        F.prelu(x, torch.rand(5).to(dml_device))
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("overload", ["out", "channels_last", "uint8", "float16"])
+def test_upsample_fix_forms(dml_device, shim_off, overload):
+    """``out=``, a channels-last input, uint8 images (nearest) and float16 (bilinear)."""
+    dmlshim.activate(fallback="known")
+    x = _image(1, 3, 17, 23)
+    aten = torch.ops.aten
+    if overload == "out":
+        out = torch.empty(0).to(dml_device)
+        got = aten.upsample_nearest2d.out(x.to(dml_device), [28, 39], 1.7, 1.7, out=out)
+        assert got is out
+        parity.assert_close(out, aten.upsample_nearest2d(x, [28, 39], 1.7, 1.7), "exact")
+        out = torch.empty(0).to(dml_device)
+        aten.upsample_bilinear2d.out(x.to(dml_device), [34, 46], False, None, None, out=out)
+        parity.assert_close(out, aten.upsample_bilinear2d(x, [34, 46], False, None, None), "device")
+    elif overload == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+        parity.assert_close(F.interpolate(x.to(dml_device), scale_factor=2, mode="bilinear"),
+                            F.interpolate(x, scale_factor=2, mode="bilinear"), "device")
+    elif overload == "uint8":
+        x = (x * 40 + 128).clamp(0, 255).to(torch.uint8)
+        parity.assert_close(F.interpolate(x.to(dml_device), scale_factor=1.7, mode="nearest"),
+                            F.interpolate(x, scale_factor=1.7, mode="nearest"), "exact")
+    else:
+        x = x.half()
+        parity.assert_close(F.interpolate(x.to(dml_device), scale_factor=2, mode="bilinear"),
+                            F.interpolate(x, scale_factor=2, mode="bilinear"), "device")
+
+
+def test_tables_follow_pytorch():
+    """The fix's tables: nearest indices from the CPU kernel (its special cases included),
+    bilinear source coordinates as ATen's, within float32 rounding."""
+    for in_size, out_size, scale in [(17, 28, 1.7), (17, 28, None), (4, 4, 1.3), (5, 10, 2.0), (8, 3, None)]:
+        want = torch.ops.aten.upsample_nearest2d(torch.arange(float(in_size)).view(1, 1, 1, -1),
+                                                 [1, out_size], None, scale).view(-1).long()
+        assert torch.equal(_resample.torch_nearest_index(in_size, out_size, scale), want)
+    ramp = torch.arange(17.0).view(1, 1, 1, 17)
+    for align_corners, scale in [(False, 1.7), (False, None), (True, None)]:
+        table = _resample.table(CPU, "linear", 17, 28, align_corners, scale)
+        got = _resample.resample(ramp, -1, table).view(-1)
+        want = torch.ops.aten.upsample_bilinear2d(ramp, [1, 28], align_corners, None, scale).view(-1)
+        parity.assert_close(got, want, "device")
