@@ -31,7 +31,6 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 # The classes at parity with the CPU (dmlshim.conformance.PARITY; the hook imports no dmlshim)
 PARITY = ("match", "close")
 MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))?(?: (.+?))? -->$", re.M)
-MARKER = re.compile(r"^<!-- results: (\w+)(?: (\S+))? -->$", re.M)
 REGION = re.compile(r"^(<!-- generated: (\w+)(?: (\S+))? -->\n).*?^(<!-- end generated -->)$", re.M | re.S)
 
 

@@ -66,7 +66,7 @@ def test_realesrgan_odd_width_fails_without_the_shim(crop, dml_device, gfpgan_li
 
 
 def test_realesrgan_general_prelu_matches_cpu_with_the_shim(crop, dml_device, gfpgan_lib, tmp_path,
-                                                            profile):
+                                                            profile, assert_parity):
     """realesr-general-x4v3's SRVGGNetCompact (PReLU(16) here, PReLU(64) in the release) with
     the shim: the image and the float output equal the CPU's within the profile.  float32:
     the 16-bit ops of the real binary's lavapipe stack are wrong today."""
@@ -79,7 +79,7 @@ def test_realesrgan_general_prelu_matches_cpu_with_the_shim(crop, dml_device, gf
         dmlshim.deactivate()
     figures = parity.compare_images(image, ref)
     assert figures.within(profile), figures
-    parity.assert_close(out, ref_out, profile)
+    assert_parity(out, ref_out, profile=profile)
 
 
 @pytest.mark.emulated_only

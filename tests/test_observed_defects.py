@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import emulation, observed, parity, patches, probing
+from dmlshim import emulation, observed, patches, probing
 from dmlshim.emulation import rules
 from dmlshim.patches import _resample
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
@@ -68,24 +68,15 @@ RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsampl
          "prelu_channels": lambda r: r.op == "_prelu_kernel"}
 
 
-def _assert_close(got, want, profile):
-    for g, w in zip(got, want, strict=True):
-        parity.assert_close(g, w, profile)
-
-
-def _differs(got, want):
-    return any(not torch.allclose(g.cpu(), w, rtol=1e-3, atol=1e-4) for g, w in zip(got, want))
-
-
 # ------------------------------------------------------------ on any device, with the shim
 
 @pytest.mark.parametrize("name", sorted(REPROS))
-def test_with_the_shim_equals_cpu(dml_device, shim_off, name):
+def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
     """Within the device profile: the fixes compute with other kernels than the CPU's
     (a resampling per axis, relu and clamp_min), rounding differently by an ulp or so."""
     dmlshim.activate(fallback="known")
     assert set(DEFECTS[name].fixes) <= set(patches.installed())
-    _assert_close(REPROS[name](dml_device), REPROS[name](CPU), "device")
+    assert_parity(REPROS[name](dml_device), REPROS[name](CPU), profile="device")
 
 
 def test_probes_pass_on_the_cpu():
@@ -96,31 +87,32 @@ def test_probes_pass_on_the_cpu():
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest"])
-def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, name):
+def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, name, assert_parity,
+                                                          assert_differs):
     emulation.configure(rules=[r for r in rules.default_rules() if RULES[name](r)])
     verdict = DEFECTS[name].probe(dml_device)
     assert verdict.broken and verdict.figure.startswith("max |Δ|")
-    assert _differs(REPROS[name](dml_device), REPROS[name](CPU))         # the defect shows
+    assert_differs(REPROS[name](dml_device), REPROS[name](CPU))         # the defect shows
     dmlshim.activate(fallback="known")
     assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == [name]
     assert set(DEFECTS[name].fixes) <= set(patches.installed())
-    _assert_close(REPROS[name](dml_device), REPROS[name](CPU), "device")
+    assert_parity(REPROS[name](dml_device), REPROS[name](CPU), profile="device")
     assert DEFECTS[name].probe(dml_device).broken                       # probes see the raw device
 
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest"])
-def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name):
+def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
     dmlshim.activate(fallback="known")
     assert probing.last().status[name] == probing.NOT_DETECTED
     assert probing.last().verdicts[name] == probing.Verdict(False, "equal")
     assert not set(DEFECTS[name].fixes) & set(patches.installed())
-    _assert_close(REPROS[name](dml_device), REPROS[name](CPU), "exact")
+    assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
 
 
 @pytest.mark.emulated_only
-def test_prelu_aborts_raw_and_is_static(dml_device, shim_off):
+def test_prelu_aborts_raw_and_is_static(dml_device, shim_off, assert_parity):
     with pytest.raises(emulation.FatalDirectMLError, match="rank <= DML_TENSOR_DIMENSION_COUNT_MAX"):
         torch.nn.PReLU(8).to(dml_device)(_image(1, 8, 3, 3).to(dml_device))
     with pytest.raises(RuntimeError, match=r"size of tensor a \(8\) must match the size of tensor b \(2\)"):
@@ -129,17 +121,16 @@ def test_prelu_aborts_raw_and_is_static(dml_device, shim_off):
     dmlshim.activate(fallback="known")
     assert probing.last().status["prelu_channels"] == probing.STATIC        # never probed
     assert "prelu" in patches.installed()
-    _assert_close(REPROS["prelu_channels"](dml_device), REPROS["prelu_channels"](CPU), "exact")
+    assert_parity(REPROS["prelu_channels"](dml_device), REPROS["prelu_channels"](CPU))
 
 
 @pytest.mark.emulated_only
-def test_prelu_fix_keeps_other_calls_on_their_route(dml_device, shim_off):
+def test_prelu_fix_keeps_other_calls_on_their_route(dml_device, shim_off, assert_parity):
     """One weight, a 2-D input, bad arguments: aten::prelu's own decomposition and errors."""
     dmlshim.activate(fallback="known")
     emulation.reset_records()
     x = _image(2, 3, 4, 4).to(dml_device)
-    assert torch.equal(F.prelu(x, torch.tensor([0.25]).to(dml_device)).cpu(),
-                       F.prelu(x.cpu(), torch.tensor([0.25])))
+    assert_parity(F.prelu(x, torch.tensor([0.25]).to(dml_device)), F.prelu(x.cpu(), torch.tensor([0.25])))
     assert emulation.records()["_prelu_kernel"]["reached"] == 1
     dmlshim.trace.reset()
     F.prelu(x, torch.rand(3).to(dml_device))                                # the fix: no kernel call
@@ -151,7 +142,7 @@ def test_prelu_fix_keeps_other_calls_on_their_route(dml_device, shim_off):
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("overload", ["out", "channels_last", "uint8", "float16"])
-def test_upsample_fix_forms(dml_device, shim_off, overload):
+def test_upsample_fix_forms(dml_device, shim_off, overload, assert_parity, assert_same):
     """``out=``, a channels-last input, uint8 images (nearest) and float16 (bilinear)."""
     dmlshim.activate(fallback="known")
     x = _image(1, 3, 17, 23)
@@ -160,34 +151,34 @@ def test_upsample_fix_forms(dml_device, shim_off, overload):
         out = torch.empty(0).to(dml_device)
         got = aten.upsample_nearest2d.out(x.to(dml_device), [28, 39], 1.7, 1.7, out=out)
         assert got is out
-        parity.assert_close(out, aten.upsample_nearest2d(x, [28, 39], 1.7, 1.7), "exact")
+        assert_same(out, aten.upsample_nearest2d(x, [28, 39], 1.7, 1.7))        # pixels moved
         out = torch.empty(0).to(dml_device)
         aten.upsample_bilinear2d.out(x.to(dml_device), [34, 46], False, None, None, out=out)
-        parity.assert_close(out, aten.upsample_bilinear2d(x, [34, 46], False, None, None), "device")
+        assert_parity(out, aten.upsample_bilinear2d(x, [34, 46], False, None, None), profile="device")
     elif overload == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
-        parity.assert_close(F.interpolate(x.to(dml_device), scale_factor=2, mode="bilinear"),
-                            F.interpolate(x, scale_factor=2, mode="bilinear"), "device")
+        assert_parity(F.interpolate(x.to(dml_device), scale_factor=2, mode="bilinear"),
+                      F.interpolate(x, scale_factor=2, mode="bilinear"), profile="device")
     elif overload == "uint8":
         x = (x * 40 + 128).clamp(0, 255).to(torch.uint8)
-        parity.assert_close(F.interpolate(x.to(dml_device), scale_factor=1.7, mode="nearest"),
-                            F.interpolate(x, scale_factor=1.7, mode="nearest"), "exact")
+        assert_same(F.interpolate(x.to(dml_device), scale_factor=1.7, mode="nearest"),
+                    F.interpolate(x, scale_factor=1.7, mode="nearest"))
     else:
         x = x.half()
-        parity.assert_close(F.interpolate(x.to(dml_device), scale_factor=2, mode="bilinear"),
-                            F.interpolate(x, scale_factor=2, mode="bilinear"), "device")
+        assert_parity(F.interpolate(x.to(dml_device), scale_factor=2, mode="bilinear"),
+                      F.interpolate(x, scale_factor=2, mode="bilinear"), profile="device")
 
 
-def test_tables_follow_pytorch():
+def test_tables_follow_pytorch(assert_same, assert_parity):
     """The fix's tables: nearest indices from the CPU kernel (its special cases included),
     bilinear source coordinates as ATen's, within float32 rounding."""
     for in_size, out_size, scale in [(17, 28, 1.7), (17, 28, None), (4, 4, 1.3), (5, 10, 2.0), (8, 3, None)]:
         want = torch.ops.aten.upsample_nearest2d(torch.arange(float(in_size)).view(1, 1, 1, -1),
                                                  [1, out_size], None, scale).view(-1).long()
-        assert torch.equal(_resample.torch_nearest_index(in_size, out_size, scale), want)
+        assert_same(_resample.torch_nearest_index(in_size, out_size, scale), want)
     ramp = torch.arange(17.0).view(1, 1, 1, 17)
     for align_corners, scale in [(False, 1.7), (False, None), (True, None)]:
         table = _resample.table(CPU, "linear", 17, 28, align_corners, scale)
         got = _resample.resample(ramp, -1, table).view(-1)
         want = torch.ops.aten.upsample_bilinear2d(ramp, [1, 28], align_corners, None, scale).view(-1)
-        parity.assert_close(got, want, "device")
+        assert_parity(got, want, profile="device")           # CPU tables, other kernels
