@@ -56,13 +56,13 @@ class Defect:
 # Results are compared within a GPU's rounding (a real device does not round as the
 # CPU does); dtypes and shapes must match exactly.
 
-def _compare(got: torch.Tensor, want: torch.Tensor) -> Verdict:
+def _compare(got: torch.Tensor, want: torch.Tensor, rtol: float = 1e-3, atol: float = 1e-4) -> Verdict:
     got = got.cpu()
     if got.dtype != want.dtype or got.shape != want.shape:
         return Verdict(True, f"{_kind(got)}, CPU gives {_kind(want)}")
     if want.is_floating_point():
         diff = (got.double() - want.double()).abs().max().item() if want.numel() else 0.0
-        ok = torch.allclose(got, want, rtol=1e-3, atol=1e-4)
+        ok = torch.allclose(got, want, rtol=rtol, atol=atol)
         return Verdict(not ok, f"max |Δ| {diff:.3g}" if diff else "equal")
     return Verdict(not torch.equal(got, want), "equal" if torch.equal(got, want) else "values differ")
 
@@ -124,9 +124,13 @@ def probe_cpu_index(device) -> Verdict:
 
 
 def probe_float64(device) -> Verdict:
-    """`f64[2] * 3` on the device"""
-    x = torch.tensor([0.5, 2.0], dtype=torch.float64)
-    return _compare(x.to(device) * 3, x * 3)
+    """`f64[2] * 3` to float64 precision, `max()` (dtype), `sqrt()` on the device"""
+    # values float32 cannot hold: torch-directml with FP64 computes float64 through
+    # float32, returns max()/min() as float32 and refuses sqrt (E_INVALIDARG)
+    x = torch.tensor([0.1, 1 / 3], dtype=torch.float64)
+    d = x.to(device)
+    return _all(_compare(d * 3, x * 3, 1e-12, 0.0), _compare(d.max(), x.max()),
+                _compare(d.sqrt(), x.sqrt(), 1e-12, 0.0))
 
 
 def probe_tensor_new(device) -> Verdict:
@@ -157,8 +161,10 @@ CORE: Tuple[Defect, ...] = (
     Defect("cpu_index", "#10", "microsoft/DirectML#442, #397",
            "a CPU index tensor in a DirectML kernel: 'unbox expects Dml at::Tensor'",
            probe_cpu_index, ("dispatcher:index",)),
-    Defect("float64", "#7, #25", "microsoft/DirectML#430, #396, #438, #699",
-           "float64 math: 'The GPU device does not support Double (Float64) operations!'",
+    Defect("float64", "#7, #25", "microsoft/DirectML#430, #396, #438, #699; DirectML's element-wise "
+           "operators take no FLOAT64 (learn.microsoft.com, DML_ELEMENT_WISE_ADD_OPERATOR_DESC)",
+           "float64 math: 'The GPU device does not support Double (Float64) operations!'; with "
+           "FP64: float32 precision, max() as float32, sqrt refused",
            probe_float64, ("dtypes", "dispatcher:float64", "dispatcher:_to_copy")),
     Defect("tensor_new", "#11", "microsoft/DirectML#400, #415; pytorch/pytorch#95734",
            "Tensor.new(...) refused on PrivateUse1 (torch 2.0, torch-directml <= 0.2.0)",

@@ -127,6 +127,21 @@ def select_device(request: Optional[str] = None) -> torch.device:
 def has_float64_support(device: Any = None) -> bool:
     """Can ``device`` do float64 math?
 
+    What its driver reports (:func:`reported_float64_support`), unless dmlshim's float64
+    probe found float64 results wrong there (:func:`set_float64_broken`): torch-directml
+    0.2.5 with FP64 on computes float64 through float32 and refuses float64 in many
+    DirectML operators (docs/defects.md), so such a device counts as having none.
+    """
+    if device is not None and torch.device(device).type != "privateuseone":
+        return True
+    if _float64_broken and _key(device) in _float64_broken:
+        return False
+    return reported_float64_support(device)
+
+
+def reported_float64_support(device: Any = None) -> bool:
+    """Does ``device``'s driver report float64?
+
     torch-directml's ``has_float64_support()`` when it is loaded; else the emulated
     device's setting when ``dmlshim.emulation`` is installed; else True.  Most
     consumer GPUs under DirectML have no float64 (DirectML#430, #396, #438, #699;
@@ -147,6 +162,21 @@ def has_float64_support(device: Any = None) -> bool:
     if emulation is not None:
         return bool(emulation.has_float64_support())
     return True
+
+
+# DirectML devices whose float64 results a probe found wrong ("privateuseone:0")
+_float64_broken: set = set()
+
+
+def _key(device: Any) -> str:
+    device = torch.device("privateuseone" if device is None else device)
+    return f"{device.type}:{device.index or 0}"
+
+
+def set_float64_broken(device: Any, broken: bool) -> None:
+    """Record the float64 probe's verdict for ``device`` (``dmlshim.probing``): a broken
+    one makes :func:`has_float64_support` False there."""
+    (_float64_broken.add if broken else _float64_broken.discard)(_key(device))
 
 
 def directml_adapters() -> List[Dict[str, Any]]:

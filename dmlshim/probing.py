@@ -162,15 +162,20 @@ def detect(target: str = "privateuseone", mode: str = "auto", *, defects=None,
     defects = tuple(defects if defects is not None else all_defects())
     device, adapter, emulated = target_device(target)
     if mode == "off":
+        if device is not None and target == "privateuseone":
+            devices.set_float64_broken(device, False)      # not probed: the driver's word
         detection = Detection(mode, _str(device), adapter, {d.name: NOT_PROBED for d in defects}, {},
                               None, defects=defects)
     elif device is None:
         detection = Detection(mode, None, None, {d.name: NOT_PROBED for d in defects}, {},
                               frozenset(), defects=defects)
     else:
-        key = None if emulated or target != "privateuseone" else cache_key(adapter)
-        verdicts, cache = _probe_all(defects, device, key, mode, emulated, timeout)
         dml = target == "privateuseone"
+        key = None if emulated or not dml else cache_key(adapter, devices.reported_float64_support(device))
+        verdicts, cache = _probe_all(defects, device, key, mode, emulated, timeout)
+        if dml and "float64" in verdicts:       # float64 reported but wrong counts as none
+            devices.set_float64_broken(device, verdicts["float64"].broken
+                                       and devices.reported_float64_support(device))
         status = {d.name: (STATIC if dml else NOT_DETECTED) if d.static else
                   DETECTED if verdicts[d.name].broken else NOT_DETECTED for d in defects}
         fixes = frozenset(f for d in defects if status[d.name] in (DETECTED, STATIC) for f in d.fixes)
@@ -245,12 +250,13 @@ def cache_dir() -> str:
     return platformdirs.user_cache_dir("dmlshim", appauthor=False)
 
 
-def cache_key(adapter: Optional[str]) -> dict:
-    """What a cached verdict depends on: the adapter, its driver, torch-directml's,
-    torch's and dmlshim's versions."""
+def cache_key(adapter: Optional[str], float64: bool) -> dict:
+    """What a cached verdict depends on: the adapter, its driver, whether the driver
+    reports float64 (a driver setting can switch it), torch-directml's, torch's and
+    dmlshim's versions."""
     from ._version import __version__
     dml = sys.modules.get("torch_directml")
-    return {"adapter": adapter, "driver": devices.driver_version(adapter),
+    return {"adapter": adapter, "driver": devices.driver_version(adapter), "float64": float64,
             "torch_directml": getattr(dml, "__version__", None), "torch": torch.__version__,
             "dmlshim": __version__}
 

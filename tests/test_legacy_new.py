@@ -36,7 +36,7 @@ def _forms(x, dev, dtype, assert_same):
         _check(x.new(*args, **kwargs), xc.new(*args, **kwargs), dev, values, assert_same)
     y = torch.arange(3, dtype=dtype, device=dev)
     alias = x.new(y)                                   # new(tensor): an alias, as on the CPU
-    assert alias.data_ptr() == y.data_ptr() and alias.device == dev
+    assert alias.device == dev                         # (no data_ptr(): no storage on DirectML)
     y[0] = 7
     assert alias[0].item() == 7
 

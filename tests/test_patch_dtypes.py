@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 import dmlshim
 from dmlshim import devices, islands
+from dmlshim.emulation.rules import FP64_SOURCE
 from dmlshim.patches import dtypes as dtypes_patch
 
 
@@ -30,7 +31,9 @@ def emulated_float64(dml_device):
         yield
 
 
-def test_without_shim_float64_math_fails(dml_device, no_float64):
+def test_without_shim_float64_math_fails(dml_device):
+    if devices.reported_float64_support(dml_device):
+        pytest.skip("this device's driver reports float64")
     dmlshim.deactivate()
     alphas = torch.rand(2, 9).to(dml_device)
     with pytest.raises(RuntimeError, match="Float64"):
@@ -111,8 +114,22 @@ def test_bf16_and_complex_parameters_are_refused(shim, dml_device, dtype):
         torch.nn.Linear(2, 2).to(dtype).to(dml_device)
 
 
+@pytest.fixture
+def healthy_float64(dml_device):
+    """A device whose float64 works (not torch-directml's: tests below), then dmlshim."""
+    from dmlshim import emulation
+    rules = [r for r in emulation.default_rules() if not r.source.startswith(FP64_SOURCE)]
+    dmlshim.deactivate()
+    with emulation.configured(has_float64_support=True, rules=rules):
+        dmlshim.activate(fallback="known", trace=0)
+        dmlshim.trace.reset()
+        yield
+        dmlshim.deactivate()
+
+
 @pytest.mark.emulated_only
-def test_device_with_float64_is_left_alone(shim, dml_device, emulated_float64):
+def test_device_with_float64_is_left_alone(healthy_float64, dml_device):
+    assert devices.has_float64_support(dml_device)
     x = torch.randn(3, dtype=torch.float64)
     assert x.to(dml_device).dtype == torch.float64
     assert torch.cumsum(torch.rand(2, 3).to(dml_device), 1, dtype=torch.float64).dtype == torch.float64
@@ -143,3 +160,57 @@ def test_every_to_overload_is_understood(shim, dml_device, no_float64, call, ass
         y = call(x, dml_device)
     assert y.device == dml_device and y.dtype == torch.float32
     assert_parity(y.cpu(), x.float())
+
+
+# --- torch-directml with FP64 reported: float64 computed through float32 -------------
+
+def _float64_math(x):
+    """FunASR CIF-like float64 math: a cumsum, a sum, max, sqrt, a matmul."""
+    c = torch.cumsum(x, 1, dtype=torch.float64) * (1 / 3)
+    return c, c.sum(1), c.max(), (c + 1).sqrt(), c @ c.T
+
+
+@pytest.mark.emulated_only
+def test_without_shim_reported_float64_is_wrong(dml_device, emulated_float64):
+    """As the real binary with FP64 on: float64 at float32 precision, max() as float32,
+    sqrt refused (DirectML's element-wise operators take no FLOAT64)."""
+    dmlshim.deactivate()
+    x = torch.tensor([[0.1, 1 / 3]], dtype=torch.float64)
+    d = x.to(dml_device)
+    assert d.dtype == torch.float64 and (d * 3).dtype == torch.float64
+    assert (d * 3).cpu().sub(x * 3).abs().max() > 1e-9
+    assert d.max().dtype == torch.float32
+    with pytest.raises(RuntimeError, match="The parameter is incorrect"):
+        d.sqrt()
+
+
+def test_reported_float64_that_is_wrong_counts_as_none(dml_device, assert_same):
+    """The float64 probe finds it wrong (on any DirectML device: without FP64 it fails,
+    with FP64 torch-directml computes it through float32): float64 math runs as CPU
+    islands and equals the CPU's float64."""
+    from dmlshim import emulation, probing
+    dmlshim.deactivate()
+    with (emulation.configured(has_float64_support=True) if emulation.is_installed()
+          else _nothing()):
+        dmlshim.activate(fallback="known", trace=0)
+        try:
+            assert probing.last().status["float64"] == probing.DETECTED
+            assert not devices.has_float64_support(dml_device)
+            x = torch.rand(3, 4, generator=torch.Generator().manual_seed(0))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", islands.CPUIslandWarning)
+                got = _float64_math(x.to(dml_device))
+            for g, want in zip(got, _float64_math(x)):
+                assert g.dtype == torch.float64
+                assert_same(g.cpu(), want)          # CPU islands: the CPU's own float64 kernels
+            if devices.reported_float64_support(dml_device):
+                dmlshim.deactivate()
+                assert not devices.has_float64_support(dml_device)     # until the next probe
+        finally:
+            dmlshim.deactivate()
+            devices.set_float64_broken(dml_device, False)          # the next test's device
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()

@@ -213,3 +213,26 @@ def test_inference_mode_then_training(shim, dml_device, assert_parity, assert_sa
     cpu(xc)[0].sum().backward()
     assert_parity(xd.grad.cpu(), xc.grad)
     assert_parity(dev.weight_hh_l0.grad.cpu(), cpu.weight_hh_l0.grad)
+
+
+@pytest.mark.parametrize("kind", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("bidirectional, batch_first, packed", [
+    (False, False, False), (True, True, False), (True, True, True)])
+def test_the_dispatcher_kernel_takes_the_call(default_shim, dml_device, kind, bidirectional,
+                                              batch_first, packed, assert_parity):
+    """As users get dmlshim (fallback "auto"): aten::lstm/gru itself runs on the CPU, with
+    no error and no Python-level retry of torch._VF.  (On the real binary the kernel once
+    failed on weights without storage - WeightCache's key - and torch._VF.lstm was retried.)"""
+    torch.manual_seed(0)
+    cpu, dev = _pair(kind(4, 6, num_layers=2, bidirectional=bidirectional, batch_first=batch_first),
+                     dml_device)
+    x = torch.randn(3, 5, 4) if batch_first else torch.randn(5, 3, 4)
+    if packed:
+        x = pack_padded_sequence(x, torch.tensor([5, 2, 4]), batch_first=batch_first,
+                                 enforce_sorted=False)
+    expected, got = cpu(x), dev(_to(x, dml_device))
+    assert_parity(_to(got, "cpu"), expected)
+    op = f"aten::{kind.__name__.lower()}.{'data' if packed else 'input'}"
+    rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
+    assert rows[op] == {"cpu": 1}
+    assert not [name for name in rows if name.startswith("torch._VF")]

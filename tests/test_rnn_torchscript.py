@@ -78,13 +78,14 @@ def _scripted(model, dml_device, how):
     return torch.jit.load(buf).to(dml_device)
 
 
-@pytest.mark.parametrize("how", ["script", "load(map_location)"])
-def test_torchscript_stream_without_shim_fails_like_directml(dml_device, vad, how):
+def test_torchscript_stream_without_shim_fails_like_directml(dml_device, vad):
+    """(Raw, torch.jit.load(map_location=dml) fails before: tests/test_load.py.)"""
     dmlshim.deactivate()
     model, audio, _ = vad
-    # the TorchScript interpreter re-raises the NotImplementedError as a RuntimeError
-    with pytest.raises(RuntimeError, match=r"NotImplementedError: Could not run 'aten::_thnn_fused_lstm_cell'"):
-        _stream(_scripted(model, dml_device, how), audio, dml_device)
+    # the TorchScript interpreter re-raises the NotImplementedError as a RuntimeError: the
+    # emulator's, a Python one, keeps its name in the text; the real binary's, from C++, not
+    with pytest.raises(RuntimeError, match=r"(NotImplementedError: )?Could not run 'aten::_thnn_fused_lstm_cell'"):
+        _stream(_scripted(model, dml_device, "script"), audio, dml_device)
 
 
 @pytest.mark.parametrize("how", ["script", "script.to", "load(map_location)", "load.to"])

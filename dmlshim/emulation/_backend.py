@@ -10,14 +10,13 @@ on the binding (:func:`select_binding`): :mod:`._compiled` (a C++ boxed fallback
 torch, the only way on 2.4.1) or :mod:`._python_api` (torch >= 2.5).
 
 Details: docs/emulation.md ("How the device is bound to torch")."""
-import contextlib
 import functools
 import math
 import os
 
 import torch
 
-from . import _compiled, _python_api, routing
+from . import _compiled, _python_api, opaque, routing
 from .fatal import FatalDirectMLError, abort_message
 from ..dml_ops import aten_op
 from ..fallback import numbers_as_tensors
@@ -156,7 +155,7 @@ def _outs(op, kwargs):
 
 def _set_metadata(target, shape, stride, offset, storage=None):
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU_KEYSET, target, target.untyped_storage() if storage is None else storage,
+        _CPU_KEYSET, target, opaque.untyped_storage(target) if storage is None else storage,
         offset, shape, stride)
 
 
@@ -270,14 +269,14 @@ def _resize_(self, size, memory_format=None):
     size = tuple(size)
     numel = math.prod(size)
     needed = (self.storage_offset() + numel) * self.element_size()
-    if needed > self.untyped_storage().nbytes():
+    if needed > opaque.untyped_storage(self).nbytes():
         old = cpu_alias(self).reshape(-1) if self.numel() else None
         grown = to_device(torch.empty(self.storage_offset() + numel, dtype=self.dtype))
         if old is not None:
             cpu_alias(grown)[self.storage_offset():self.storage_offset() + old.numel()].copy_(old)
         # keep sizes; resize_ below sets the new ones
         _set_metadata(self, self.shape, self.stride(), self.storage_offset(),
-                      grown.untyped_storage())
+                      opaque.untyped_storage(grown))
     torch.ops.aten.resize_.default.redispatch(_CPU_KEYSET, self, size,
                                               memory_format=memory_format)
     return self
@@ -362,10 +361,17 @@ class _DeviceModule:
 
     @staticmethod
     def device(device_id=None):
-        # Used by torch.load(map_location=dev) and Storage.to(dev) with a torch.device;
-        # torch_directml's takes an int index (rule "privateuseone.device", #46).
+        # torch_directml's device(): used by torch.load(map_location=dev) and
+        # Storage.to(dev) with a torch.device, it compares its argument with an int
+        # (rule "privateuseone.device", #46); it returns a torch.device, which a
+        # ``with`` makes the default device
         python_call("privateuseone.device", (device_id,))
-        return contextlib.nullcontext()
+        if isinstance(device_id, (str, torch.device)):         # the rule is off
+            device_id = torch.device(device_id).index
+        if device_id is not None and not 0 <= device_id < 1:
+            raise Exception(f"Invalid device_id argument supplied {device_id}. device_id must "
+                            "be in range [0, 1).")
+        return torch.device(DEVICE_TYPE, device_id or 0)
 
 
 def _ops_needing_direct_kernels():
@@ -438,6 +444,7 @@ def register(policy_fn):
     _libraries.extend(chosen.setup(DEVICE_TYPE, _DeviceModule(), _fallback, _take_op_by_name))
     binding = chosen
     to_device, cpu_alias = chosen.to_device, chosen.cpu_alias
+    opaque.install(DEVICE_TYPE)
     _libraries.append(torch.library.Library("aten", "IMPL"))
     for name, fn in _HAND_WRITTEN.items():
         op = aten_op(name)

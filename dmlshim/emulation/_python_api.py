@@ -73,27 +73,8 @@ def setup(device_type, device_module, fallback, take_op):
     # The same-name rename is required: without it backward() fails with
     # "Cannot access accelerator device".
     _setup_privateuseone_for_python_backend(rename=device_type, backend_module=device_module)
-    _patch_untyped_storage(device_type)
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(fallback, dispatch_key="PrivateUse1")
     # torch-directml registers no autocast kernels: autocast is a no-op (row #36).
     lib.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
     return [lib]
-
-
-def _patch_untyped_storage(device_type):
-    # There is no Python-registrable allocator: torch.UntypedStorage(n, device=dev)
-    # would dereference a null PrivateUse1 allocator and crash the process.
-    # torch.load(map_location=dev) goes through here.
-    original = torch.UntypedStorage.__new__
-
-    def __new__(cls, *args, device=None, **kwargs):
-        if device is None or torch.device(device).type != device_type:
-            extra = {} if device is None else {"device": device}
-            return original(cls, *args, **extra, **kwargs)
-        if args and not isinstance(args[0], int):  # from a sequence of bytes
-            return original(cls, *args, **kwargs).to(device=torch.device(device))
-        nbytes = args[0] if args else 0
-        return torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
-
-    torch.UntypedStorage.__new__ = __new__

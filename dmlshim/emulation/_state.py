@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backend, fused_rnn, gpu_numerics, localized, routing, rules
+from . import _backend, fused_rnn, gpu_numerics, localized, opaque, routing, rules
 from .rules import Rule, default_rules
 
 UNKNOWN_OPS = ("native", "cpu_fallback", "error")
@@ -27,6 +27,7 @@ class Config:
 
 
 config = Config(rules=tuple(default_rules()))
+opaque.set_rule(config.rules)
 _generation = 0          # bumps on configure() and reset_records(): per-op caches recompute
 _warned = False          # torch-directml warns once per *process* (note B)
 _lock = threading.Lock()
@@ -44,6 +45,7 @@ def set_config(new):
     with _lock:
         config = new
         rules.float64_supported = new.has_float64_support
+        opaque.set_rule(new.rules)
         _generation += 1
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Tuple, Union
 
 import torch
 
-from . import _backend, routing
+from . import _backend, opaque, routing
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
 from ..dml_ops import view_kernels
 # the upsample fixes' resampling, run here with DirectML's source tables
@@ -211,6 +211,64 @@ def fused_rnn_rules():
     return [Rule(name, error=NotImplementedError, message=_no_fused_kernel(name),
                  source="failure_modes.md #1, #2, #34; microsoft/DirectML#613, #654, #677")
             for name in OPS]
+
+
+# ------------------------------------------- float64 on a GPU with FP64 (#7)
+# Measured on the real torch-directml 0.2.5 with FP64 reported (issue 25): DirectML's
+# element-wise operators take no FLOAT64 (learn.microsoft.com, DML_ELEMENT_WISE_ADD_ /
+# SQRT_OPERATOR_DESC "Tensor support"); torch-directml computes some float64 ops through
+# float32, returns max()/min() as float32, and others fail with E_INVALIDARG.
+FP64_SOURCE = ("failure_modes.md #7 with FP64, measured on the real torch-directml 0.2.5 "
+               "(issue 25); DirectML's element-wise operators take no FLOAT64 "
+               "(DML_ELEMENT_WISE_*_OPERATOR_DESC)")
+_FP64_VIA_FLOAT32 = ("mul.Tensor", "add.Tensor", "div.Tensor", "sum.default", "sum.dim_IntList",
+                     "mean.dim", "prod.default", "cumsum.default", "exp.default", "sigmoid.default",
+                     "mm.default")
+_FP64_REFUSED = ("log.default", "sqrt.default", "sin.default", "tanh.default", "pow.Tensor_Scalar",
+                 "clamp.default", "_softmax.default", "sort.default")
+
+
+def _float64_with_fp64(*args, **kwargs):
+    return float64_supported and any(t.dtype is torch.float64 for t in _tensors(args, kwargs))
+
+
+def _through_float32(name):
+    """The op computed on float32 copies of its float64 tensors, results cast back."""
+    op = routing.aten_op(name)
+
+    def kernel(*args, **kwargs):
+        def f32(x):
+            return x.float() if isinstance(x, Tensor) and x.dtype is torch.float64 else x
+        out = op(*map(f32, args), **{k: f32(v) for k, v in kwargs.items()})
+        return out.double() if out.dtype is torch.float32 else out
+
+    return lambda *args, **kwargs: _backend.run_on_cpu(op, args, kwargs, kernel)
+
+
+def _as_float32(name):
+    op = routing.aten_op(name)
+    return lambda self: _backend.run_on_cpu(op, (self,), {}, lambda t: op(t).float())
+
+
+def fp64_rules():
+    """float64 where the emulated GPU reports FP64 (``configure(has_float64_support=True)``),
+    as on the real binary: a device whose float64 results dmlshim's probe finds wrong."""
+    return [*(Rule(_overload(name), when=_float64_with_fp64, replace=_through_float32(name),
+                   source=f"{FP64_SOURCE}: computed through float32") for name in _FP64_VIA_FLOAT32),
+            *(Rule(_overload(name), when=_float64_with_fp64, replace=_as_float32(name),
+                   source=f"{FP64_SOURCE}: the result is float32") for name in ("max.default", "min.default")),
+            Rule(_overloads(_FP64_REFUSED), when=_float64_with_fp64,
+                 message="The parameter is incorrect.", source=f"{FP64_SOURCE}: E_INVALIDARG")]
+
+
+def _overload(name):
+    """A selector of exactly that overload (a name ``"sum"`` would match every one)."""
+    return _overloads((name,))
+
+
+def _overloads(names):
+    ops = frozenset(routing.aten_op(n) for n in names)
+    return lambda op: op in ops
 
 
 # ------------------------------------------- torch-directml 0.2.5 defects (#41-#47)
@@ -445,10 +503,16 @@ def default_rules():
         Rule("nll_loss_backward", when=_reduction_none, replace=_zero_grad_input,
              source="failure_modes.md #44; microsoft/DirectML#739, #740: "
                     "cross_entropy(reduction='none') gradients are all zero"),
+        Rule(opaque.RULE, error=NotImplementedError, message=opaque.STORAGE_MESSAGE,
+             source="failure_modes.md #46; torch-directml's tensors are OpaqueTensorImpls without "
+                    "storage (real 0.2.5 binary, issue 25): data_ptr()/untyped_storage() raise, "
+                    "torch.UntypedStorage(device=dml) dies with SIGSEGV (raised here), "
+                    "torch.jit.load(map_location=dml) fails"),
         Rule("privateuseone.device", when=_not_a_device_index, error=TypeError,
              message=_compare_message,
              source="failure_modes.md #46; torch_directml.device(device_id) compares with int; "
                     "python-audio-separator PR#295, microsoft/DirectML#466"),
+        *fp64_rules(),
         *fused_rnn_rules(),
         *observed_rules(),
     ]

@@ -52,10 +52,11 @@ class WeightCache:
 
     @staticmethod
     def _key(w: torch.Tensor) -> tuple:
-        try:
-            ptr = w.data_ptr()
-        except RuntimeError:                   # no data pointer on this backend
-            ptr = id(w.untyped_storage())
+        # torch-directml's tensors have no storage (OpaqueTensorImpl: data_ptr() and
+        # untyped_storage() raise), so there the version counter alone shows a change:
+        # a `.data =` swap to a same-shaped tensor, or an inference tensor changed in
+        # place inside inference mode, is not seen (docs/rnn.md)
+        ptr = w.data_ptr() if torch._C._has_storage(w) else None
         # inference tensors have no version counter (and cannot change outside
         # inference mode): the data pointer alone identifies them
         version = None if w.is_inference() else w._version
