@@ -19,7 +19,7 @@ import torch
 
 from . import _backend, opaque, routing
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
-from ..dml_ops import view_kernels
+from ..dml_ops import aten_op, view_kernels
 # the upsample fixes' resampling, run here with DirectML's source tables
 from ..patches import _resample
 
@@ -234,7 +234,7 @@ def _float64_with_fp64(*args, **kwargs):
 
 def _through_float32(name):
     """The op computed on float32 copies of its float64 tensors, results cast back."""
-    op = routing.aten_op(name)
+    op = aten_op(name)
 
     def kernel(*args, **kwargs):
         def f32(x):
@@ -246,7 +246,7 @@ def _through_float32(name):
 
 
 def _as_float32(name):
-    op = routing.aten_op(name)
+    op = aten_op(name)
     return lambda self: _backend.run_on_cpu(op, (self,), {}, lambda t: op(t).float())
 
 
@@ -267,7 +267,7 @@ def _overload(name):
 
 
 def _overloads(names):
-    ops = frozenset(routing.aten_op(n) for n in names)
+    ops = frozenset(aten_op(n) for n in names)
     return lambda op: op in ops
 
 
