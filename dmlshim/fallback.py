@@ -88,6 +88,19 @@ def _device_in(obj: Any, target: Optional[str]) -> Optional[torch.device]:
     return None
 
 
+def _resize(t: torch.Tensor, shape) -> None:
+    """``t.resize_(shape)``; where the device refuses it, ``t`` takes a new tensor of that
+    shape (``.data``: the same Python object, as ``out=`` needs).  The real torch-directml
+    0.2.5 refuses to grow an empty tensor: "The size of tensor a (0) must match the size of
+    tensor b (3)" (measured on the real binary, docs/realdml.md)."""
+    try:
+        t.resize_(shape)
+    except RuntimeError:
+        if t.numel():
+            raise
+        t.data = torch.empty(shape, dtype=t.dtype, device=t.device)
+
+
 def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op: str = "",
                device: Optional[torch.device] = None,
                dtype_map: Optional[Dict[torch.dtype, torch.dtype]] = None,
@@ -137,7 +150,7 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
         for orig, cpu, version in copies.values():
             if cpu._version != version:        # mutated in place or as out=
                 if orig.shape != cpu.shape:
-                    orig.resize_(cpu.shape)
+                    _resize(orig, cpu.shape)
                 orig.copy_(cpu)
                 h2d += trace.nbytes(cpu)
                 written[id(cpu)] = orig

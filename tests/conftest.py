@@ -149,12 +149,20 @@ _TORCH_THREADS = torch.get_num_threads()     # the session's setting, before any
 # name, ``assert_same``, for what no device computes. tests/test_comparisons.py fails on
 # an exact comparison written any other way.
 
+def _plain(x):
+    """Tuples (named ones such as ``PackedSequence``, which torch 2.4.1's pytree keeps
+    whole), lists and dicts as plain containers, so every tensor is a leaf."""
+    if isinstance(x, (tuple, list)):
+        return [_plain(v) for v in x]
+    return {k: _plain(v) for k, v in x.items()} if isinstance(x, dict) else x
+
+
 def _leaf_pairs(actual, expected, msg):
     """``[(actual leaf, expected leaf, message)]`` of two results (tensors, or tuples,
     lists, dicts and named tuples of them); their leaf counts must agree."""
     from torch.utils._pytree import tree_flatten
 
-    (got, got_spec), (want, want_spec) = tree_flatten(actual), tree_flatten(expected)
+    (got, got_spec), (want, want_spec) = tree_flatten(_plain(actual)), tree_flatten(_plain(expected))
     if len(got) != len(want):
         raise AssertionError(f"{msg}the results differ in structure: {got_spec} vs {want_spec}")
     return [(a, e, f"{msg}[{i}] " if len(want) > 1 else msg) for i, (a, e) in enumerate(zip(got, want))]

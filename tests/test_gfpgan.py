@@ -108,16 +108,17 @@ def noise_calls():
     return sum(r["calls"] for r in dmlshim.report().rows if r["op"] == "StyleConv.noise")
 
 
-def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, assert_parity):
+def test_seeded_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, assert_parity, profile):
     before = noise_calls()
     device_out, cpu_out = forward_both(dml_device)
-    assert_parity(device_out, cpu_out)
+    assert_parity(device_out, cpu_out, profile=profile)
     assert noise_calls() - before == 9          # out_size 64: 1 + 2 * (log2(64) - 2) StyleConvs
 
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("rule", sorted(NORMAL_RULES))
-def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert_parity, assert_differs):
+def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert_parity, assert_differs,
+                                           profile):
     """Without the shim DirectML's normal_ breaks seeded parity; with it, exact."""
     with emulation.configured(rules=[NORMAL_RULES[rule]], extend=True):
         dmlshim.deactivate()
@@ -132,7 +133,7 @@ def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert
             device_out, cpu_out = forward_both(dml_device)
         finally:
             dmlshim.deactivate()
-    assert_parity(device_out, cpu_out)
+    assert_parity(device_out, cpu_out, profile=profile)
 
 
 def test_noise_size_matches_styleconv(gfpgan_lib):
@@ -166,7 +167,7 @@ def test_inference_mode_fails_without_the_shim(dml_device, gfpgan_lib):
         _forward_in_inference_mode(model, torch.randn(1, 3, 64, 64).to(dml_device))
 
 
-def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, assert_parity):
+def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim, assert_parity, profile):
     """With dmlshim, inside inference_mode it runs on the device (no CPU retry of a failed
     call) and equals the CPU."""
     from dmlshim.patches import auto
@@ -174,7 +175,7 @@ def test_inference_mode_forward_equals_cpu(dml_device, gfpgan_lib, default_shim,
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     ref = _forward_in_inference_mode(small_gfpgan(), x)
     got = _forward_in_inference_mode(small_gfpgan().to(dml_device), x.to(dml_device))
-    assert_parity(got, ref)
+    assert_parity(got, ref, profile=profile)
     assert "version_counter" not in str(auto.failures())
 
 
