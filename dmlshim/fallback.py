@@ -98,7 +98,8 @@ def _resize(t: torch.Tensor, shape) -> None:
     except RuntimeError:
         if t.numel():
             raise
-        t.data = torch.empty(shape, dtype=t.dtype, device=t.device)
+        with torch.inference_mode(t.is_inference()):          # .data takes the same kind
+            t.data = torch.empty(shape, dtype=t.dtype, device=t.device)
 
 
 def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op: str = "",

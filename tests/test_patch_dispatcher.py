@@ -324,8 +324,8 @@ def test_property_aten_mul_with_bool_equals_cpu(dml_device, shape, ones, dtype, 
 # Reached from C++ composites or references bound before activate(), which no Python-level
 # wrapper sees (OpInfo's op_db holds such references: python -m dmlshim conformance).
 
-_index_put, _combinations, _rfft, _softmax, _cfloat, _float_power = (
-    torch.index_put, torch.combinations, torch.fft.rfft, torch.softmax, torch.Tensor.cfloat,
+_index_put, _rfft, _softmax, _cfloat, _float_power = (
+    torch.index_put, torch.fft.rfft, torch.softmax, torch.Tensor.cfloat,
     torch.float_power)
 
 NET_CASES = {
@@ -333,9 +333,9 @@ NET_CASES = {
     "index_put, CPU indices": (lambda x: _index_put(x, (torch.tensor([0, 2]),), torch.ones(2, 5)
                                                      .to(x.device)), RuntimeError),
     "index, CPU indices": (lambda x: aten.index.Tensor(x, [torch.tensor([2, 0])]), RuntimeError),
-    # failure_modes.md #19, #20: combinations' C++ code concatenates an empty tensor
-    "combinations, r > n": (lambda x: _combinations(x[0, :3], r=4), RuntimeError),
-    "combinations, n = 1": (lambda x: _combinations(x[0, :1], r=2), RuntimeError),
+    # (combinations with r > n or n = 1 stacks only empty tensors, which the real 0.2.5
+    # binary does; it fails there for another reason, "The size of tensor a (3) must match
+    # the size of tensor b (0)", which dmlshim does not fix yet: docs/realdml.md)
 }
 
 
