@@ -19,7 +19,7 @@ STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
 
-.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci demo-realdml
+.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci demo-realdml demo-realdml-vad
 
 setup: $(STAMP)
 
@@ -100,8 +100,13 @@ test-realdml: realdml
 test-realdml-ci:
 	$(MAKE) test-realdml REALDML_TESTS="$(REALDML_CI_TESTS)"
 
-demo-realdml: realdml
+# make demo on the real binary. The ASR half stops today: FunASR's CIF predictor gets an
+# encoder length beyond the encoder's output there (docs/realdml.md "Open on the real binary");
+# CI runs the VAD half (real weights), which matches the CPU.
+demo-realdml: demo-realdml-vad
 	$(REALDML_RUN) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
+
+demo-realdml-vad: realdml
 	$(REALDML_RUN) $(REALDML_PY) examples/funasr_vad.py --device directml
 
 # BENCH_ARGS: e.g. --quick, --only funasr_bench, --markdown (see benchmarks/run.py -h)
