@@ -579,3 +579,22 @@ def test_fork_rng_saves_and_restores_the_device_stream(dml_device, assert_same):
     after = torch.randn(3, device=dml_device).cpu()
     torch.manual_seed(7)
     assert_same(after, torch.randn(3))
+
+
+def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    """A build killed mid-way leaves torch's lock file, which cpp_extension.load would
+    wait on forever: one older than STALE_LOCK_S goes (with a warning), a fresh one stays."""
+    import os
+    import time
+    from dmlshim.emulation import _compiled
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    _compiled._remove_stale_lock(str(lock))
+    assert lock.exists()
+    old = time.time() - _compiled.STALE_LOCK_S - 1
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="build lock"):
+        _compiled._remove_stale_lock(str(lock))
+    assert not lock.exists()
+    _compiled._remove_stale_lock(str(lock))          # none: nothing to do

@@ -11,12 +11,15 @@ The extension is compiled on first use with ``torch.utils.cpp_extension``
 (about 30 s with g++ 12 and ninja) and cached under ``TORCH_EXTENSIONS_DIR``
 (default ``~/.cache/torch_extensions``), keyed by the source's hash.
 """
+import contextlib
 import functools
 import hashlib
 import os
 import shutil
 import sys
 import sysconfig
+import time
+import warnings
 
 import torch
 
@@ -62,8 +65,27 @@ def extension():
     tag = torch.__version__.split("+")[0].replace(".", "_")
     with open(SOURCE, "rb") as f:           # one build per source version: checkouts of
         digest = hashlib.sha1(f.read()).hexdigest()[:8]   # different versions never rebuild each other's
-    return cpp_extension.load(name=f"dmlshim_emulation_torch{tag}_{digest}", sources=[SOURCE],
-                              extra_cflags=["-O2"], verbose=False)
+    name = f"dmlshim_emulation_torch{tag}_{digest}"
+    _remove_stale_lock(os.path.join(cpp_extension._get_build_directory(name, verbose=False), "lock"))
+    return cpp_extension.load(name=name, sources=[SOURCE], extra_cflags=["-O2"], verbose=False)
+
+
+STALE_LOCK_S = 600      # a build takes about 30 s; a lock this old outlived a killed build
+
+
+def _remove_stale_lock(lock: str) -> None:
+    """Remove a build lock left by a process killed while building (older than
+    ``STALE_LOCK_S`` seconds): torch's FileBaton waits for it forever, so every later
+    process would hang in ``cpp_extension.load``."""
+    try:
+        age = time.time() - os.path.getmtime(lock)
+    except OSError:
+        return                              # no lock: nothing to do
+    if age > STALE_LOCK_S:
+        warnings.warn(f"dmlshim.emulation: removing {lock}, a build lock {age:.0f} s old "
+                      "(a build killed before it finished)", RuntimeWarning, stacklevel=3)
+        with contextlib.suppress(OSError):
+            os.remove(lock)
 
 
 _ext = None
