@@ -96,7 +96,8 @@ IMPORT_ORDER = textwrap.dedent("""
 # find #45 (layer_norm) and #47 (unique) absent, their rules being off by default, and
 # #11 (legacy_new) too: torch 2.4.1 and 2.13 accept Tensor.new on PrivateUse1.
 ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto", "basicsr", "facexlib",
-               "gfpgan", "funasr", "inference_mode", "pad", "gather", "losses", "load"}
+               "gfpgan", "funasr", "inference_mode", "pad", "gather", "losses", "load", "upsample_bilinear",
+               "upsample_nearest", "prelu"}
 
 
 def _run_order(order, tmp_path):
