@@ -8,12 +8,16 @@ the device computes there in float32 (or float16 by choice), with one warning;
 A tiny random Qwen3 (transformers) built with ``torch_dtype=torch.bfloat16``.
 """
 import copy
+import signal
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 
 import dmlshim
+from dmlshim import emulation
 from dmlshim.emulation import FatalDirectMLError
 
 import torchvision_ops  # noqa: F401  (examples/, applied by conftest: transformers imports torchvision)
@@ -59,14 +63,27 @@ def bf16_shim(monkeypatch):
     dmlshim.deactivate()
 
 
+# A bf16 tensor on the real binary aborts the process (#8): it is reproduced in a child.
+_ABORT_IN_CHILD = """
+import torch, torch_directml
+torch.ones(4, dtype=torch.bfloat16).to(torch_directml.device()) + 1
+"""
+
+
 def test_without_shim_bf16_aborts_on_the_device(qwen3, dml_device):
     assert not dmlshim.is_active()
+    if not emulation.is_installed():
+        child = subprocess.run([sys.executable, "-c", _ABORT_IN_CHILD], capture_output=True,
+                               text=True, timeout=120)
+        assert child.returncode == -signal.SIGABRT, (child.returncode, child.stderr[-2000:])
+        return
     with pytest.raises(FatalDirectMLError, match="BFloat16"):
         run(qwen3[0], dml_device)
 
 
 @pytest.mark.parametrize("policy, dtype", [("float32", torch.float32), ("float16", torch.float16)])
-def test_bf16_qwen3_runs_on_the_device(policy, dtype, qwen3, dml_device, bf16_shim, assert_parity):
+def test_bf16_qwen3_runs_on_the_device(policy, dtype, qwen3, dml_device, bf16_shim, assert_parity,
+                                      profile):
     model, reference = qwen3
     ref_logits, ref_tokens = run(reference, "cpu")
     bf16_shim(policy)
@@ -82,7 +99,11 @@ def test_bf16_qwen3_runs_on_the_device(policy, dtype, qwen3, dml_device, bf16_sh
     assert logits.dtype is dtype
     assert_parity(logits, ref_logits.to(dtype), profile="device")
     if policy == "float32":
-        assert_parity(tokens, ref_tokens)          # token ids: exact in every profile
+        # Token ids are exact in every profile up to the first generated one; later greedy
+        # steps of a random model may flip on a near-tie under a GPU's rounding (seen on the
+        # real binary), so only the exact profile holds the whole sequence.
+        upto = None if profile == "exact" else IDS.shape[1] + 1
+        assert_parity(tokens[:, :upto], ref_tokens[:, :upto])
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
     assert rows["Tensor.to"].get("coerce", 0) >= len(params)
 
