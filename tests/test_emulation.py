@@ -9,6 +9,7 @@ numerics, the "device" profile on a GPU or under DMLSHIM_TEST_NUMERICS=gpu).
 """
 import io
 import os
+import subprocess
 import sys
 import warnings
 
@@ -19,6 +20,7 @@ from hypothesis import given, settings, strategies as st
 from dmlshim import emulation
 
 emulated_only = pytest.mark.emulated_only
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -35,9 +37,33 @@ def _fallback_warnings(record):
 
 # ---------------------------------------------------------------- a real backend
 
+@emulated_only    # on the real device, install() refuses (below)
 def test_install_is_idempotent(dml_device):
     assert emulation.install() == dml_device == torch.device("privateuseone:0")
     assert emulation.is_installed()
+
+
+_CLAIM_THEN_INSTALL = """
+import torch
+from dmlshim import emulation
+lib = torch.library.Library("aten", "IMPL")
+lib.impl("empty.memory_format", lambda *a, **k: None, "PrivateUse1")
+try:
+    emulation.install()
+except RuntimeError as e:
+    print(e)
+print("installed:", emulation.is_installed())
+"""
+
+
+def test_install_refuses_a_privateuse1_another_backend_registered(tmp_path):
+    # With torch_directml imported, a second PrivateUse1 backend aborted the process.
+    child = subprocess.run([sys.executable, "-c", _CLAIM_THEN_INSTALL], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": _ROOT})
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "another backend already registered PrivateUse1 kernels" in child.stdout
+    assert "installed: False" in child.stdout
 
 
 @emulated_only

@@ -13,6 +13,7 @@ Details: docs/emulation.md ("How the device is bound to torch")."""
 import functools
 import math
 import os
+import sys
 
 import torch
 
@@ -432,13 +433,25 @@ def select_binding():
     return _compiled  # raises a clear error at setup() if it cannot be built
 
 
+def _refuse_a_claimed_privateuse1() -> None:
+    """A second PrivateUse1 backend aborts the process in the dispatcher (seen with
+    torch_directml imported): refuse it with an error instead."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "PrivateUse1"):
+        owner = "torch_directml" if "torch_directml" in sys.modules else "another backend"
+        raise RuntimeError(f"dmlshim.emulation.install(): {owner} already registered PrivateUse1 "
+                           "kernels in this process; the emulated device needs a process without "
+                           "it (use the real device, or emulate in a fresh process)")
+
+
 def register(policy_fn):
     """Make ``privateuseone`` the emulated device and register the kernels (once).
 
     Raises:
-        RuntimeError: the compiled binding cannot be built (no C++ compiler or ninja).
+        RuntimeError: another backend already has PrivateUse1 kernels (torch_directml
+            imported), or the compiled binding cannot be built (no C++ compiler or ninja).
     """
     global policy, binding, to_device, cpu_alias
+    _refuse_a_claimed_privateuse1()
     policy = policy_fn
     chosen = select_binding()
     _libraries.extend(chosen.setup(DEVICE_TYPE, _DeviceModule(), _fallback, _take_op_by_name))
