@@ -142,6 +142,18 @@ def probe_tensor_new(device) -> Verdict:
     return _compare(got, torch.zeros(1).new([1.0, 2.0]))
 
 
+def probe_broadcast_copy(device) -> Verdict:
+    """`d.copy_(row)`: an f32[4] row, from the CPU and on the device, into a device f32[3,4]"""
+    base, row = torch.arange(12.0).reshape(3, 4), torch.tensor([1.0, -2.0, 3.0, -4.0])
+    want = base.clone().copy_(row)
+    verdicts = []
+    for src in (row, row.to(device)):
+        got = base.to(device)
+        got.copy_(src)
+        verdicts.append(_compare(got, want))
+    return _all(*verdicts)
+
+
 # ------------------------------------------------------------------------- the table
 _RNN_SOURCE = "microsoft/DirectML#613, #654, #677"
 
@@ -169,6 +181,11 @@ CORE: Tuple[Defect, ...] = (
     Defect("tensor_new", "#11", "microsoft/DirectML#400, #415; pytorch/pytorch#95734",
            "Tensor.new(...) refused on PrivateUse1 (torch 2.0, torch-directml <= 0.2.0)",
            probe_tensor_new, ("legacy_new",)),
+    Defect("broadcast_copy", "none (real binary)",
+           "measured on the real torch-directml 0.2.5 binary (docs/realdml.md); no public report",
+           "d.copy_(src) with a src that broadcasts: from the CPU only d's first src.numel() "
+           "elements are written, on the device a src of fewer dims fills d with its first value",
+           probe_broadcast_copy, ("broadcast_copy",)),
     # static: probing them would abort the process
     Defect("bfloat16", "#8", "microsoft/DirectML#688",
            "a bfloat16 tensor on the device aborts the process",

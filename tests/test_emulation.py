@@ -270,7 +270,7 @@ def test_views_alias_their_base_like_cpu(dml_device, views, mutation, assert_par
         view, dview = _VIEWS[name](view), _VIEWS[name](dview)
     assert dview.shape == view.shape and dview.stride() == view.stride()
     apply = {"add_": lambda v: v.add_(1.5), "mul_": lambda v: v.mul_(-2),
-             "copy_": lambda v: v.copy_(torch.ones(v.shape[-1:])),
+             "copy_": lambda v: v.copy_(torch.ones(v.shape)),  # broadcasting: test_patch_copy
              "zero_": lambda v: v.zero_(), "clamp_": lambda v: v.clamp_(3, 9)}[mutation]
     apply(view)
     apply(dview)
@@ -417,7 +417,8 @@ def test_float_times_bool_is_bool(dml_device):                     # row #17
     mask = torch.tensor([True, False, True])
     got = x.to(dml_device) * mask.to(dml_device)
     assert got.dtype == torch.bool
-    assert got.cpu().tolist() == [True, False, True]
+    # as the real 0.2.5 binary gives: the float is truncated first, so 0.5 * True is False
+    assert got.cpu().tolist() == [False, False, True]
     assert (mask.to(dml_device) * x.to(dml_device)).dtype == torch.bool
     assert (x * mask).dtype == torch.float32                        # CPU is right
 

@@ -115,7 +115,30 @@ def _float_times_bool(self, other, *_, **__):
 
 
 def _bool_product(self, other, *_, **__):
-    return torch.logical_and(self, other)
+    # measured on the real 0.2.5 binary: a float operand is truncated to an integer
+    # first, so 0.5 * True is False and -1.2 * True is True
+    host = [t.cpu().trunc() if t.is_floating_point() else t.cpu() for t in (self, other)]
+    return torch.logical_and(*host).to(self.device)
+
+
+def _broadcast_copy(self, src, *_, **__):
+    """``self.copy_(src)`` where ``src`` broadcasts as the real 0.2.5 binary gets it wrong:
+    from the CPU with fewer elements, or on the device with fewer dimensions."""
+    if not isinstance(src, Tensor) or src.dim() == 0 or self.device.type == "cpu":
+        return False
+    return src.numel() < self.numel() if src.device.type == "cpu" else src.dim() < self.dim()
+
+
+def _broadcast_copy_result(self, src, *_, **__):
+    # measured on the real 0.2.5 binary: a CPU source lands in self's first elements (in
+    # self's element order, the rest left as it was); a device source of fewer dimensions
+    # fills self with its first element
+    host = self.cpu().reshape(-1)
+    if src.device.type == "cpu":
+        host[:src.numel()] = src.reshape(-1)
+    else:
+        host[:] = src.reshape(-1)[0].cpu()
+    return self.copy_(host.reshape(self.shape))
 
 
 def _empty_beside_data(tensors, *_, **__):
@@ -464,6 +487,9 @@ def default_rules():
         Rule("mul.Tensor", when=_float_times_bool, replace=_bool_product,
              source="failure_modes.md #17; microsoft/DirectML#686, #737: float * bool "
                     "returns a bool tensor (silent)"),
+        Rule("copy_", when=_broadcast_copy, replace=_broadcast_copy_result,
+             source="measured on the real torch-directml 0.2.5 binary (docs/realdml.md), no "
+                    "public report: copy_ of a broadcasting source is wrong (silent)"),
         Rule("convolution_overrideable", when=lambda input, *_: input.dtype == torch.bool,
              message="The parameter is incorrect.",
              source="DESIGN.md (FunASR 'conv1d got a bool input'); DirectML convolution "
