@@ -154,6 +154,14 @@ def probe_broadcast_copy(device) -> Verdict:
     return _all(*verdicts)
 
 
+def probe_autocast(device) -> Verdict:
+    """`x @ x` inside `torch.autocast(device.type)`"""
+    x = torch.ones(2, 2)
+    with torch.autocast(device.type, dtype=torch.float16):
+        got = x.to(device) @ x.to(device)
+    return _compare(got, x @ x)
+
+
 # ------------------------------------------------------------------------- the table
 _RNN_SOURCE = "microsoft/DirectML#613, #654, #677"
 
@@ -186,6 +194,11 @@ CORE: Tuple[Defect, ...] = (
            "d.copy_(src) with a src that broadcasts: from the CPU only d's first src.numel() "
            "elements are written, on the device a src of fewer dims fills d with its first value",
            probe_broadcast_copy, ("broadcast_copy",)),
+    Defect("autocast", "#36", "the real torch-directml 0.2.5 binary; pytorch/pytorch#128598 (torch 2.4 "
+           "has no AutocastPrivateUse1 kernels); #36 expected a silent no-op",
+           "inside torch.autocast('privateuseone') every op raises NotImplementedError "
+           "('AutocastPrivateUse1' backend)",
+           probe_autocast, ("autocast",)),
     # static: probing them would abort the process
     Defect("bfloat16", "#8", "microsoft/DirectML#688",
            "a bfloat16 tensor on the device aborts the process",

@@ -24,6 +24,8 @@ RULES = {
     "gru": lambda r: isinstance(r.op, str) and r.op.startswith("_thnn_fused_gru"),
     "cpu_index": lambda r: r.op is rules._takes_dml_tensors_only,
     "float64": lambda r: r.op is rules._is_float64_math or r.op == "rsub.Scalar",
+    "broadcast_copy": lambda r: r.op == "copy_",
+    "autocast": lambda r: r.when is rules._in_device_autocast,
 }
 
 
@@ -43,6 +45,15 @@ def _call(name, device):
     if name == "cpu_index":
         idx = torch.tensor([2, 0])
         return x.to(device)[idx].cpu(), x[idx]
+    if name == "broadcast_copy":
+        base = torch.arange(6.0).reshape(2, 3)
+        d = base.to(device)
+        d.copy_(x)
+        return d.cpu(), base.copy_(x)
+    if name == "autocast":
+        with torch.autocast(device.type, dtype=torch.float16):
+            got = x.to(device) * 2
+        return got.cpu(), x * 2
     if name == "float64":
         return torch.cumsum(x.to(device), 0, dtype=torch.float64).cpu(), torch.cumsum(x, 0, dtype=torch.float64)
     raise AssertionError(name)

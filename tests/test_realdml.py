@@ -107,6 +107,7 @@ def test_the_environment_puts_the_stack_first_and_keeps_caches_out_of_the_cwd(ca
     assert Path(env["VKD3D_SHADER_CACHE_PATH"]).is_relative_to(cache)
     assert env["VKD3D_DEBUG"] == env["VKD3D_SHADER_DEBUG"] == "none"
     assert env["DMLSHIM_REALDML_FP64"] == "1" and env["DMLSHIM_REALDML"] == str(stack.path)
+    assert env["LP_NATIVE_VECTOR_WIDTH"] == "256"        # the same wave size on every CPU
     assert Path(env["XDG_RUNTIME_DIR"]).is_dir()
     quiet_off = stack.environment(fp64=False, verbose=True, base={"XDG_RUNTIME_DIR": "/run/user/0"})
     assert "VKD3D_DEBUG" not in quiet_off and "XDG_RUNTIME_DIR" not in quiet_off
@@ -175,3 +176,23 @@ def test_info_names_the_adapter_and_float64(capsys):
     assert data["adapter"].get("count") == 1, data["adapter"]
     assert data["adapter"]["float64"] is True and data["fp64"] is True     # info probes with --fp64 by default
     assert data["versions"]["vkd3d-proton"] == "2.14"
+
+
+_REDUCTIONS = """
+import torch, torch_directml
+d = torch_directml.device()
+x = torch.arange(1.0, 17.0).reshape(2, 8)
+print(x.to(d).sum().item(), x.to(d).sum(-1).tolist(), x.reshape(1, 16).to(d).sum(-1).tolist(),
+      x.reshape(16, 1).to(d).sum(0).tolist())
+"""
+
+
+@ON_STACK
+def test_the_stack_artifact_reductions_of_few_outputs_across_waves():
+    """The artifact docs/realdml.md lists: a reduction to few outputs over more than one
+    8-lane wave is wrong on lavapipe (2 rows of 8 are right, 1 row of 16 is not). If this
+    test fails, the stack changed: update the docs and the ``wave_reductions`` marker."""
+    out = subprocess.run([sys.executable, "-m", "dmlshim", "realdml", "run", "--", sys.executable,
+                          "-c", _REDUCTIONS], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "128.0 [36.0, 100.0] [128.0] [128.0]", out.stdout

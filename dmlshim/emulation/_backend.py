@@ -356,8 +356,8 @@ class _DeviceModule:
 
     @staticmethod
     def get_amp_supported_dtype():
-        # torch.autocast("privateuseone") is accepted and changes nothing, as on
-        # torch-directml 0.2.5 (failure_modes.md #36).
+        # torch.autocast("privateuseone") is accepted (a fallthrough, csrc/device.cpp); a
+        # default rule then fails the ops inside, as the real 0.2.5 binary does.
         return [torch.float16]
 
     @staticmethod

@@ -95,5 +95,5 @@ def install(device_type: str) -> None:
 def set_rule(rules) -> None:
     """Take the first rule named :data:`RULE` of ``rules`` (a configuration's), or None."""
     global storage_rule
-    storage_rule = next((r for r in rules if isinstance(r.op, (str, tuple))
-                         and r.matches_op(None, RULE, False)), None)
+    storage_rule = next((r for r in rules if isinstance(r.op, (str, tuple)) and r.op != "*"
+                         and r.matches_op(None, RULE, False)), None)   # named, not "every op"

@@ -121,6 +121,10 @@ def _bool_product(self, other, *_, **__):
     return torch.logical_and(*host).to(self.device)
 
 
+def _in_device_autocast(*_, **__):
+    return torch.is_autocast_enabled("privateuseone")
+
+
 def _broadcast_copy(self, src, *_, **__):
     """``self.copy_(src)`` where ``src`` broadcasts as the real 0.2.5 binary gets it wrong:
     from the CPU with fewer elements, or on the device with fewer dimensions."""
@@ -487,6 +491,12 @@ def default_rules():
         Rule("mul.Tensor", when=_float_times_bool, replace=_bool_product,
              source="failure_modes.md #17; microsoft/DirectML#686, #737: float * bool "
                     "returns a bool tensor (silent)"),
+        Rule("*", when=_in_device_autocast, error=NotImplementedError,
+             message="Could not run this op with arguments from the 'AutocastPrivateUse1' "
+                     "backend (emulated: torch-directml registers no autocast kernels)",
+             source="measured on the real torch-directml 0.2.5 binary: every op inside "
+                    "torch.autocast('privateuseone') raises NotImplementedError; "
+                    "pytorch/pytorch#128598 (failure_modes.md #36 expected a no-op)"),
         Rule("copy_", when=_broadcast_copy, replace=_broadcast_copy_result,
              source="measured on the real torch-directml 0.2.5 binary (docs/realdml.md), no "
                     "public report: copy_ of a broadcasting source is wrong (silent)"),

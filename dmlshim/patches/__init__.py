@@ -67,6 +67,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("broadcast_copy", "Tensor.copy_ of a source that broadcasts: a CPU one fills only the first "
                             "elements, a device one of fewer dims fills the first value (measured on "
                             "the real 0.2.5 binary): expand the source first", modes=FALLBACK_MODES),
+    Patch("autocast", "inside torch.autocast('privateuseone') every op raises NotImplementedError "
+                      "(no AutocastPrivateUse1 kernels; measured on the real 0.2.5 binary, #36): "
+                      "the autocast is entered disabled, with a warning"),
     Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
                  "#19, #20; DirectML PR#527): drop empties on the device, else CPU", modes=FALLBACK_MODES),
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "

@@ -2,7 +2,8 @@
 
 The environment puts the stack's libraries first on ``LD_LIBRARY_PATH``, points the Vulkan
 loader at the stack's own ICD file, keeps vkd3d-proton's shader cache out of the working
-directory, keeps vkd3d-proton quiet unless asked, and sets ``DMLSHIM_REALDML_FP64``, which the
+directory, keeps vkd3d-proton quiet unless asked, fixes lavapipe's vector width (its wave
+size) whatever the CPU, and sets ``DMLSHIM_REALDML_FP64``, which the
 patched vkd3d-proton reads to report float64 (a GPU with float64) or not (one without).
 """
 from __future__ import annotations
@@ -21,6 +22,10 @@ ENV_STACK = "DMLSHIM_REALDML_STACK"
 ENV_MARK = "DMLSHIM_REALDML"
 ENV_FP64 = "DMLSHIM_REALDML_FP64"
 QUIET = {"VKD3D_DEBUG": "none", "VKD3D_SHADER_DEBUG": "none"}
+# Lavapipe's subgroup size follows its vector width (4 lanes at 128 bits, 8 at 256, the
+# default on an AVX2 CPU), and some DirectML reductions give other wrong values at each
+# (docs/realdml.md "Stack artifacts"): one width on every CPU keeps results the same.
+WAVE = {"LP_NATIVE_VECTOR_WIDTH": "256"}
 
 
 class NoBuild(RuntimeError):
@@ -81,6 +86,7 @@ class Stack:
         }
         if not base.get("XDG_RUNTIME_DIR"):
             env["XDG_RUNTIME_DIR"] = str(_private_dir(cache_root() / "runtime"))
+        env.update({k: v for k, v in WAVE.items() if k not in base})
         if not verbose:
             env.update({k: v for k, v in QUIET.items() if k not in base})
         return env
