@@ -101,8 +101,9 @@ test-realdml-ci:
 	$(MAKE) test-realdml REALDML_TESTS="$(REALDML_CI_TESTS)"
 
 # make demo on the real binary. The ASR half stops today: FunASR's CIF predictor gets an
-# encoder length beyond the encoder's output there (docs/realdml.md "Open on the real binary");
-# CI runs the VAD half (real weights), which matches the CPU.
+# encoder length beyond the encoder's output there, because lavapipe's stack sums rows of 8+
+# elements wrong (docs/realdml.md "Reductions on lavapipe"); CI runs the VAD half (real
+# weights), which matches the CPU.
 demo-realdml: demo-realdml-vad
 	$(REALDML_RUN) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
 

@@ -175,3 +175,31 @@ def test_info_names_the_adapter_and_float64(capsys):
     assert data["adapter"].get("count") == 1, data["adapter"]
     assert data["adapter"]["float64"] is True and data["fp64"] is True     # info probes with --fp64 by default
     assert data["versions"]["vkd3d-proton"] == "2.14"
+
+
+# Row-reductions on the stack (docs/realdml.md, "Reductions on lavapipe"): DirectML's
+# reduction shader (512 threads, a groupshared tree, no wave op but BroadcastFirst) sums
+# x[0], x[0], x[2], x[2], ... once a row holds 8 elements or more on lavapipe's 8-lane
+# subgroups, and only from 16 on with 4-lane ones (LP_NATIVE_VECTOR_WIDTH=128). No vkd3d
+# err: is logged. This is why FunASR's SANM encoder reports 104 frames for 103
+# (masks.sum(1)) and make_pad_mask asserts. The test pins the evidence for the
+# classification; it fails, as it should, the day the stack sums right.
+_SUMS = ("import torch, torch_directml; d = torch_directml.device(); "
+         "print(torch.arange(9.0).to(d).sum().item(), torch.arange(17.0).to(d).sum().item(), "
+         "torch.ones(1, 103, dtype=torch.bool).to(d).sum(1).item())")
+
+
+def _stack_sums(**env):
+    out = subprocess.run([sys.executable, "-m", "dmlshim", "realdml", "run", "--", "env",
+                          *(f"{k}={v}" for k, v in env.items()), sys.executable, "-c", _SUMS],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return [float(v) for v in out.stdout.split()]
+
+
+@ON_STACK
+def test_row_reductions_on_lavapipe_follow_its_subgroup_width(assert_same):
+    # CPU: 36, 136, 103.  8 lanes: every odd element replaced by the even one before it.
+    assert_same(_stack_sums(), [40.0, 144.0, 104.0])
+    # 4 lanes: the 9-element row is summed right, the 17- and 103-element rows are not.
+    assert_same(_stack_sums(LP_NATIVE_VECTOR_WIDTH=128), [36.0, 144.0, 104.0])
