@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from dmlshim.__main__ import main
 from dmlshim.realdml import build as build_module, sources, stack as stack_module
@@ -177,29 +178,23 @@ def test_info_names_the_adapter_and_float64(capsys):
     assert data["versions"]["vkd3d-proton"] == "2.14"
 
 
-# Row-reductions on the stack (docs/realdml.md, "Reductions on lavapipe"): DirectML's
-# reduction shader (512 threads, a groupshared tree, no wave op but BroadcastFirst) sums
-# x[0], x[0], x[2], x[2], ... once a row holds 8 elements or more on lavapipe's 8-lane
-# subgroups, and only from 16 on with 4-lane ones (LP_NATIVE_VECTOR_WIDTH=128). No vkd3d
-# err: is logged. This is why FunASR's SANM encoder reports 104 frames for 103
-# (masks.sum(1)) and make_pad_mask asserts. The test pins the evidence for the
-# classification; it fails, as it should, the day the stack sums right.
-_SUMS = ("import torch, torch_directml; d = torch_directml.device(); "
-         "print(torch.arange(9.0).to(d).sum().item(), torch.arange(17.0).to(d).sum().item(), "
-         "torch.ones(1, 103, dtype=torch.bool).to(d).sum(1).item())")
 
-
-def _stack_sums(**env):
-    out = subprocess.run([sys.executable, "-m", "dmlshim", "realdml", "run", "--", "env",
-                          *(f"{k}={v}" for k, v in env.items()), sys.executable, "-c", _SUMS],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return [float(v) for v in out.stdout.split()]
+# DirectML's reduction shaders (dxbc2dxil) end their groupshared tree with a load through a
+# constant GEP at a byte offset; dxil-spirv dropped that offset and read shared[0] twice, so a
+# row of 8+ elements summed x[0], x[0], x[2], x[2], ... (arange(9.0).sum() gave 40; FunASR's
+# SANM encoder length 104 for 103 frames). vkd3d-proton-dxil-spirv-tgsm-constant-gep.patch
+# keeps the offset (docs/realdml.md, "Groupshared constant offsets").
+_ROWS = ("import torch, torch_directml; d = torch_directml.device(); "
+         "x = torch.arange(9.0); r = torch.linspace(-2, 3, 2 * 5 * 103).view(2, 5, 103); "
+         "print(x.to(d).sum().item(), torch.ones(1, 103, dtype=torch.bool).to(d).sum(1).item(), "
+         "*r.to(d).sum(-1).flatten().tolist(), *r.to(d).softmax(-1).amax(-1).flatten().tolist())")
 
 
 @ON_STACK
-def test_row_reductions_on_lavapipe_follow_its_subgroup_width(assert_same):
-    # CPU: 36, 136, 103.  8 lanes: every odd element replaced by the even one before it.
-    assert_same(_stack_sums(), [40.0, 144.0, 104.0])
-    # 4 lanes: the 9-element row is summed right, the 17- and 103-element rows are not.
-    assert_same(_stack_sums(LP_NATIVE_VECTOR_WIDTH=128), [36.0, 144.0, 104.0])
+def test_row_reductions_on_the_stack_match_the_cpu(assert_parity):
+    out = subprocess.run([sys.executable, "-m", "dmlshim", "realdml", "run", "--", sys.executable, "-c", _ROWS],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    r = torch.linspace(-2, 3, 2 * 5 * 103).view(2, 5, 103)
+    want = [36.0, 103.0, *r.sum(-1).flatten().tolist(), *r.softmax(-1).amax(-1).flatten().tolist()]
+    assert_parity(torch.tensor([float(v) for v in out.stdout.split()]), torch.tensor(want), profile="device")
