@@ -33,6 +33,12 @@ def _nearest(device):
             F.interpolate(x, size=(1, 28), mode="nearest"))
 
 
+def _repeat_5d(device):
+    """A 5-D `repeat` (FunASR's CTC prefix scorer)."""
+    x = torch.arange(12.0).view(1, 2, 1, 2, 3).to(device)
+    return x.repeat(2, 1, 3, 1, 1)
+
+
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
            "bilinear interpolate: align_corners=False without the half-pixel offset; a shape's "
@@ -40,6 +46,9 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_nearest", "#60", "the real 0.2.5 binary (no public report)",
            "nearest interpolate at a non-integer scale: some pixels from the one before; a "
            "shape's first scale sticks (silent)", _probe(_nearest), ("upsample_nearest",)),
+    Defect("repeat_5d", "#61", "Comfy-Org/ComfyUI#5860; the real 0.2.5 binary",
+           "Tensor.repeat with more than 4 dimensions: 'the dimesion of at::Tensor must be 4 "
+           "or lower, but got 5'", _probe(_repeat_5d), ("repeat",)),
     # static: probing it would abort the process
     Defect("prelu_channels", "#29", "microsoft/DirectML#271, #445; the real 0.2.5 binary",
            "nn.PReLU(C) on a 4-D/5-D input aborts the process ('rank <= "

@@ -36,29 +36,18 @@ if os.environ.get("DMLSHIM_TEST_NUMERICS"):
     os.environ["DMLSHIM_EMULATION_NUMERICS"] = os.environ["DMLSHIM_TEST_NUMERICS"]
 
 
-# The real binary on the realdml stack (lavapipe), not on a GPU: docs/realdml.md.
-_ON_LAVAPIPE = _REAL is not None and bool(os.environ.get("DMLSHIM_REALDML"))
-
-
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "emulated_only: needs the emulated DirectML device (skipped on a real one)")
-    config.addinivalue_line(
-        "markers", "wave_reductions: reduces many values to few outputs on the device, which the "
-                   "realdml stack computes wrong (a stack artifact; skipped there)")
 
 
 def pytest_collection_modifyitems(config, items):
     if _REAL is None:
         return
     skip = pytest.mark.skip(reason="emulator-only behaviour; running on a real DirectML device")
-    wave = pytest.mark.skip(reason="stack artifact: lavapipe's 8-lane waves make DirectML's "
-                                   "reductions to few outputs wrong (docs/realdml.md)")
     for item in items:
         if "emulated_only" in item.keywords:
             item.add_marker(skip)
-        elif "wave_reductions" in item.keywords and _ON_LAVAPIPE:
-            item.add_marker(wave)
 
 
 @pytest.fixture(scope="session")

@@ -181,7 +181,6 @@ def _cnn():
         torch.nn.LogSoftmax(dim=-1))
 
 
-@pytest.mark.wave_reductions    # LayerNorm(16) over a batch of 2
 @pytest.mark.parametrize("train", [False, True])
 def test_small_cnn_equals_cpu_forward_and_backward(dml_device, train, assert_parity):
     torch.manual_seed(0)
@@ -204,7 +203,6 @@ def test_small_cnn_equals_cpu_forward_and_backward(dml_device, train, assert_par
         assert_parity(c, b)
 
 
-@pytest.mark.wave_reductions
 def test_mlp_training_step_equals_cpu(dml_device, assert_parity):
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.SiLU(), torch.nn.Linear(12, 1))
@@ -236,7 +234,6 @@ def test_binary_ops_bit_identical(dml_device, shape, op, transpose, seed, assert
     assert_parity(fn(a.to(dml_device), b.to(dml_device)).cpu(), fn(a, b))
 
 
-@pytest.mark.wave_reductions
 @settings(max_examples=20, deadline=None)
 @given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3),
        dim=st.integers(0, 2), seed=st.integers(0, 2**16))

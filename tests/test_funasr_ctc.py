@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import parity
+from dmlshim import errors, parity
 
 import funasr_models
 import funasr_transcribe
@@ -53,8 +53,10 @@ def greedy_ctc_prefix(device, steps=4):
 
 
 def test_ctc_prefix_scorer_fails_raw_on_the_device(dml_device):
+    # the emulator: the CPU tensors meet the device's first; the real 0.2.5 binary refuses
+    # the 5-D repeat (failure_modes.md #61) before that
     assert not dmlshim.is_active()
-    with pytest.raises(RuntimeError, match="device"):
+    with pytest.raises(RuntimeError, match="device|must be 4 or lower, but got 5"):
         greedy_ctc_prefix(dml_device)
 
 
@@ -99,8 +101,9 @@ def ctc_decode(model_dir, device):
 
 def test_ctc_weighted_paraformer_fails_raw_on_the_device(ctc_paraformer, dml_device):
     assert not dmlshim.is_active()
-    with pytest.raises(RuntimeError, match="The parameter is incorrect"):
+    with pytest.raises(RuntimeError) as info:
         ctc_decode(ctc_paraformer, dml_device)
+    assert errors.recognise(str(info.value)) is errors.E_INVALIDARG    # either rendering
 
 
 def test_ctc_weighted_paraformer_matches_cpu_with_the_shim(ctc_paraformer, dml_device,

@@ -1,7 +1,8 @@
 """Defects seen on the real torch-directml 0.2.5 binary (dmlshim.observed), both ways.
 
 Bilinear and non-integer nearest upsampling give wrong values (failure_modes.md #21, #60);
-``nn.PReLU(C)`` on a 4-D input aborts the process (#29).  On the emulator: with the default
+``nn.PReLU(C)`` on a 4-D input aborts the process (#29); ``Tensor.repeat`` with more than 4
+dimensions is refused (#61).  On the emulator: with the default
 rules each defect shows without dmlshim and the result is within the device profile with
 it; with a rule off its probe passes and its fix stays off.  The tests without the marker
 run on the real device too (``DMLSHIM_TEST_DEVICE=directml``).
@@ -60,12 +61,25 @@ def _prelu_channels(device):
     return y.detach(), x.grad, w.grad, F.prelu(_image(4, 64, 7).to(device), w.detach())
 
 
+def _repeat_5d(device):
+    """FunASR's CTC prefix scorer, ``x.unsqueeze(3).repeat(1, 1, 1, n, 1)`` (inference: its
+    backward aborts the real binary, not fixed), a 5-D repeat of a 4-D input, an all-ones
+    5-D repeat (a copy, not a view) and a 6-D one (on the CPU: a 6-D cat aborts there)."""
+    x = _image(2, 7, 1, 5).to(device)
+    once = x.unsqueeze(0).repeat(1, 1, 1, 1, 1)
+    assert not once._is_view()
+    six = x.repeat(2, 1, 1, 2, 1, 3)
+    return (x.unsqueeze(3).repeat(1, 1, 1, 3, 1), x.repeat(2, 1, 3, 1, 2), once,
+            six.sum(0).sum(0) if device == CPU else six.cpu().sum(0).sum(0))
+
+
 REPROS = {"upsample_bilinear": _gfpgan_bilinear, "upsample_nearest": _nearest_17,
-          "prelu_channels": _prelu_channels}
+          "prelu_channels": _prelu_channels, "repeat_5d": _repeat_5d}
 # defect -> the default rules that produce it
 RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
          "upsample_nearest": lambda r: r.op in ("upsample_nearest2d", "upsample_nearest2d_backward"),
-         "prelu_channels": lambda r: r.op == "_prelu_kernel"}
+         "prelu_channels": lambda r: r.op == "_prelu_kernel",
+         "repeat_5d": lambda r: r.op == "repeat"}
 
 
 # ------------------------------------------------------------ on any device, with the shim
@@ -101,7 +115,21 @@ def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, 
 
 
 @pytest.mark.emulated_only
-@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest"])
+def test_repeat_over_four_dims_raises_raw_and_is_fixed(dml_device, shim_off, assert_parity):
+    emulation.configure(rules=[r for r in rules.default_rules() if RULES["repeat_5d"](r)])
+    verdict = DEFECTS["repeat_5d"].probe(dml_device)
+    assert verdict.broken and "must be 4 or lower, but got 5" in verdict.figure
+    with pytest.raises(RuntimeError, match="must be 4 or lower, but got 5"):
+        _repeat_5d(dml_device)
+    dmlshim.activate(fallback="known")
+    assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == ["repeat_5d"]
+    assert "repeat" in patches.installed()
+    assert_parity(_repeat_5d(dml_device), _repeat_5d(CPU))
+    assert DEFECTS["repeat_5d"].probe(dml_device).broken                # probes see the raw device
+
+
+@pytest.mark.emulated_only
+@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "repeat_5d"])
 def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
     dmlshim.activate(fallback="known")

@@ -448,6 +448,19 @@ def _prelu_3d_message(self, weight):
             f"({self.shape[0]}) at non-singleton dimension 2")
 
 
+def _repeat_rank(self, repeats, *_, **__):
+    return max(self.dim(), len(repeats))
+
+
+def _repeat_over_four(self, repeats, *_, **__):
+    """Tensor.repeat with more than 4 dimensions (input or result)."""
+    return _repeat_rank(self, repeats) > 4
+
+
+def _repeat_message(self, repeats, *_, **__):
+    return f"the dimesion of at::Tensor must be 4 or lower, but got {_repeat_rank(self, repeats)}"
+
+
 def observed_rules():
     """What the real torch-directml 0.2.5 binary gets wrong and no other rule models
     (``dmlshim.observed``; part of :func:`default_rules`)."""
@@ -468,6 +481,9 @@ def observed_rules():
         Rule("_prelu_kernel", when=_channel_weights_3d, message=_prelu_3d_message,
              source=source.format("#29", ": nn.PReLU(C) on a 3-D input (a batch of 1 or C "
                                          "gives wrong values instead; not modelled)")),
+        Rule("repeat", when=_repeat_over_four, message=_repeat_message,
+             source=source.format("#61", "; Comfy-Org/ComfyUI#5860: Tensor.repeat with more "
+                                         "than 4 dimensions")),
     ]
 
 

@@ -119,6 +119,8 @@ REGISTRY: Tuple[Patch, ...] = (
                               "index_select with the CPU kernel's indices, on the device"),
     Patch("prelu", "PReLU(C) on a >= 3-D input aborts the process (DirectML#271, #445; #29): "
                    "relu(x) - w * (-x).clamp_min(0), on the device"),
+    Patch("repeat", "Tensor.repeat with more than 4 dimensions refused: 'must be 4 or lower' "
+                    "(ComfyUI#5860; #61): one cat per repeated dimension, on the device"),
 )
 
 _lock = threading.RLock()

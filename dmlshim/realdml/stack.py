@@ -23,8 +23,8 @@ ENV_MARK = "DMLSHIM_REALDML"
 ENV_FP64 = "DMLSHIM_REALDML_FP64"
 QUIET = {"VKD3D_DEBUG": "none", "VKD3D_SHADER_DEBUG": "none"}
 # Lavapipe's subgroup size follows its vector width (4 lanes at 128 bits, 8 at 256, the
-# default on an AVX2 CPU), and some DirectML reductions give other wrong values at each
-# (docs/realdml.md "Stack artifacts"): one width on every CPU keeps results the same.
+# default on an AVX2 CPU), and DirectML's shaders take other paths at other wave sizes:
+# one width on every CPU keeps the stack's results the same.
 WAVE = {"LP_NATIVE_VECTOR_WIDTH": "256"}
 
 
