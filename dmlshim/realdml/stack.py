@@ -80,7 +80,9 @@ class Stack:
             "LD_LIBRARY_PATH": ":".join(paths),
             "VK_DRIVER_FILES": str(self.icd),
             "VK_ICD_FILENAMES": str(self.icd),  # Vulkan loaders before 1.3.207
-            "VKD3D_SHADER_CACHE_PATH": str(_private_dir(cache_root() / "shader-cache")),
+            # one shader cache per build: vkd3d-proton keys its cache by its version, which a
+            # patch to dxil-spirv leaves as it was, so another build's SPIR-V would be reused
+            "VKD3D_SHADER_CACHE_PATH": str(_private_dir(cache_root() / "shader-cache" / self.path.name)),
             ENV_FP64: "1" if fp64 else "0",
             ENV_MARK: str(self.path),
         }
