@@ -98,9 +98,25 @@ def _extra_cases():
         x = torch.arange(6.0).view(2, 3)
         return torch.mm(x.to(d), x.t())
 
+    def full_reduction(d):
+        """`ones(9).sum()`, `arange(12).max()`, `arange(12).mean()` (no dim)"""
+        return (torch.ones(9).to(d).sum(), torch.arange(12.0).to(d).max(),
+                torch.arange(12.0).to(d).mean())
+
     return [("rsub_float", "#7", rsub_float), ("conv_bool", "none (DESIGN.md)", conv_bool),
             ("cpu_operand", "#10", cpu_operand), ("cpu_binary", "#10", cpu_binary),
-            ("cpu_matmul", "#10", cpu_matmul)]
+            ("cpu_matmul", "#10", cpu_matmul), ("full_reduction", "none (this stack)", full_reduction)]
+
+
+# Rows where the emulator and the real binary may rightly differ, with the evidence.
+SPECIFIC = {
+    "full_reduction": "stack artifact: on vkd3d-proton + lavapipe a reduction over all of 8 or "
+                      "more elements reads every second element twice (ones(9).sum() is 10, "
+                      "arange(12).max() is 10); reductions over a dim are right; no `err:` line. "
+                      "Main's dxil-spirv groupshared constant-offset patch (merge r-asr) addresses "
+                      "DirectML's reductions on this stack; this run's stack predates it. The "
+                      "emulator does not model it.",
+}
 
 
 def _inference_cases():
@@ -137,7 +153,7 @@ def _inference_cases():
         ("nn.GRUCell", m(lambda: nn.GRUCell(3, 4), 2, 3), call),
         ("nn.PReLU()", m(lambda: nn.PReLU(), 2, 4), call),
         ("nn.MaxPool2d", m(lambda: nn.MaxPool2d(2), 1, 1, 4, 4), call),
-        ("nn.AdaptiveAvgPool2d", m(lambda: nn.AdaptiveAvgPool2d(1), 1, 2, 4, 4), call),
+        ("nn.AdaptiveAvgPool2d", m(lambda: nn.AdaptiveAvgPool2d(2), 1, 2, 4, 4), call),
         ("nn.Upsample(nearest, 2)", m(lambda: nn.Upsample(scale_factor=2), 1, 1, 2, 3), call),
         ("nn.Sequential(Linear, GELU, Linear)", m(lambda: nn.Sequential(nn.Linear(4, 8), nn.GELU(),
                                                                        nn.Linear(8, 2)), 3, 4), call),
@@ -152,12 +168,12 @@ def _inference_cases():
         ("F.softmax / log_softmax", t(2, 5), lambda w, x: F.softmax(w, -1) + F.log_softmax(x, -1)),
         ("F.pad reflect / constant", t(1, 1, 3, 4), lambda w, x: F.pad(w, (1, 1, 1, 1), "reflect")
          + F.pad(x, (1, 1, 1, 1))),
-        ("torch.cat / stack", t(2, 3), lambda w, x: torch.cat([w, x]).sum() + torch.stack([w, x]).mean()),
+        ("torch.cat / stack", t(2, 3), lambda w, x: torch.cat([w, x]) + torch.stack([x, w]).view(4, 3)),
         ("index_select / gather", t(3, 4), lambda w, x: torch.index_select(w, 0, torch.tensor([2, 0]).to(w.device))
-         .sum() + torch.gather(x, 1, torch.tensor([[0], [3], [1]]).to(w.device)).sum()),
+         [:, :1] + torch.gather(x, 1, torch.tensor([[0], [3]]).to(w.device))),
         ("w.add_(x) (in place, normal tensor)", t(2, 3), lambda w, x: w.add_(x) * 1),
         ("torch.where / masked_fill", t(2, 3), lambda w, x: torch.where(w > 0, w, x).masked_fill(x > 1, 0.0)),
-        ("w.mean / sum / max (dims)", t(3, 4), lambda w, x: w.mean(0) + w.sum(1).sum() + x.max(1).values.sum()),
+        ("w.mean / sum / max (dims)", t(3, 4), lambda w, x: w.mean(0)[:3] + w.sum(1) + x.max(1).values),
     ]
 
 
@@ -303,7 +319,7 @@ def compare(defects, results):
         verdicts = {kind: results[kind].get(name) for kind in DEVICES}
         agree = {f"{emu} = {real}": _state(verdicts[emu]) == _state(verdicts[real]) for emu, real in PAIRS}
         rows.append({"name": name, "row": row, "source": source, "verdicts": verdicts,
-                     "agree": all(agree.values()), "pairs": agree})
+                     "agree": all(agree.values()), "pairs": agree, "specific": SPECIFIC.get(name)})
     return rows
 
 
@@ -350,7 +366,7 @@ def main():
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     with open(ARGS.out, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, ensure_ascii=False)
-    bad = [r["name"] for r in data["rows"] if not r["agree"]]
+    bad = [r["name"] for r in data["rows"] if not r["agree"] and not r["specific"]]
     print(f"{len(data['rows'])} rows, {len(bad)} disagree: {', '.join(bad) or '-'}; "
           f"{data['seconds']} s; wrote {ARGS.out}")
     return 0
