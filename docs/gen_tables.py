@@ -9,6 +9,7 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: no_device -->               CPU calls before/after activate() with no device
     <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
     <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
+    <!-- results: fidelity defects -->        emulator vs real binary, per defect (benchmarks/fidelity.py)
 
 Every table says where its figures come from: the file, the date, the machine and the
 torch lane of the run (a file without a ``machine`` record: its commit date).
@@ -53,11 +54,13 @@ def _table(kind, arg, pattern=None):
         return bench_table(arg, pattern)
     if kind == "zoo" and arg and pattern is None:
         return zoo_table(arg)
+    if kind == "fidelity" and arg == "defects" and pattern is None:
+        return fidelity_defects_table()
     if kind in _NAMED and arg is None:
         return _NAMED[kind]()
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
-                     "'zoo FILE.json', 'headline', 'no_device'")
+                     "'zoo FILE.json', 'headline', 'no_device', 'fidelity defects'")
 
 
 def _load(name):
@@ -348,6 +351,55 @@ def no_device_table():
     installed = "; ".join(f"{_lane(d)}: {', '.join(d['extra']['installed']) or 'nothing'}" for _, d in lanes)
     return "\n".join(lines) + (f"\n\nInstalled by `activate()` ({installed}). From "
                                + "; ".join(_cite(n, d) for n, d in lanes) + ".")
+
+
+# ------------------------------------------------------------------ fidelity (benchmarks/fidelity.py)
+_FIDELITY_COLUMNS = (("emulated", "emulated"), ("real", "real, FP64 off"),
+                     ("emulated-fp64", "emulated, FP64"), ("real-fp64", "real, FP64 on"))
+
+
+def _verdict_cell(v):
+    if v is None:
+        return "not run"
+    if "abort" in v:
+        return _cell(f"**abort**: {v['abort']}"[:140])
+    figure = v["figure"] if len(v["figure"]) <= 90 else v["figure"][:87] + "..."
+    return _cell(f"{'**broken**' if v['broken'] else 'ok'}: {figure}")
+
+
+def fidelity_defects_table():
+    """Per defect: the verdict on the emulated device and on the real binary (FP64 off,
+    on), whether they agree, and for a row that may differ, why; then the inference_mode
+    sweep (raw failures, and with dmlshim: on the device, extra CPU calls)."""
+    name = "fidelity-defects.json"
+    d = _load(name)
+    lines = ["| defect | row | " + " | ".join(h for _, h in _FIDELITY_COLUMNS) + " | agree |",
+             "|---" * (len(_FIDELITY_COLUMNS) + 3) + "|"]
+    for r in d["rows"]:
+        agree = "yes" if r["agree"] else ("no: " + r["specific"] if r["specific"] else "**no**")
+        lines.append(f"| `{r['name']}` | {_cell(r['row'])} | "
+                     + " | ".join(_verdict_cell(r["verdicts"].get(k)) for k, _ in _FIDELITY_COLUMNS)
+                     + f" | {_cell(agree)} |")
+    sweep = d["inference_mode"]
+    lines += ["", "`torch.inference_mode()` sweep (tensors moved to the device before, called inside it):", "",
+              "| case | emulated, raw | real, raw | emulated, dmlshim | real, dmlshim |", "|---|---|---|---|---|"]
+    for case in sweep["real"]:
+        cells = []
+        for mode in ("raw", "activated"):
+            for kind in ("emulated", "real"):
+                v = sweep[kind][case][mode]
+                text = "ok" if v["ok"] else _cell(v["figure"][:70])
+                if mode == "activated" and v.get("extra_cpu_calls"):
+                    text += f" ({v['extra_cpu_calls']} CPU retries)"
+                cells.append(text)
+        lines.append(f"| {_cell(case)} | " + " | ".join(cells) + " |")
+    stack = d["stack"]
+    versions = ", ".join(f"{k} {v}" for k, v in stack["versions"].items())
+    m = d["machine"]
+    lines += ["", f"Source: `{name}`: {d['date']}, torch {m['torch']}, torch-directml "
+              f"{m['torch_directml']}, {m['cpu']} ({m['cores']} cores), {m['os']}; stack: {versions}; "
+              f"patches: {', '.join(stack['patches'])}; {d['seconds']} s."]
+    return "\n".join(lines)
 
 
 _NAMED = {"headline": headline_table, "no_device": no_device_table}   # markers without a file

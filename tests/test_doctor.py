@@ -8,9 +8,10 @@ from dmlshim.__main__ import main
 
 pytestmark = pytest.mark.emulated_only
 OPTIONAL = {d.name for d in probing.all_defects() if not d.static}
-# no default rule: torch 2.4.1 accepts Tensor.new (#11); unknown on 0.2.5, so their
-# rules are off by default (emulation.rules.unconfirmed_rules: #45, #47)
-NO_DEFAULT_RULE = {"tensor_new", "layer_norm_strided", "unique_counts"}
+# no default rule: torch 2.4.1 accepts Tensor.new (#11); the real 0.2.5 binary takes CPU
+# indices (#10) and normalizes strided inputs right (#45), so their rules are off by
+# default (emulation.rules.unconfirmed_rules; benchmarks/results/fidelity-defects.json)
+NO_DEFAULT_RULE = {"tensor_new", "layer_norm_strided", "cpu_index"}
 
 
 @pytest.fixture

@@ -488,12 +488,17 @@ def test_stft_result_cannot_live_on_device(dml_device):            # row #9
 
 
 @emulated_only
-def test_cpu_operand_rejected_except_by_binary_ops(dml_device, assert_same, assert_parity):    # row #10
+def test_cpu_operands_as_the_real_binary_takes_them(dml_device, assert_same, assert_parity):  # row #10
+    # measured on the real 0.2.5 binary (benchmarks/results/fidelity-defects.json)
     d = torch.arange(4.0, device=dml_device)
-    assert_parity(d + torch.ones(4), torch.arange(4.0) + 1)
+    assert_parity(d + torch.tensor(1.0), torch.arange(4.0) + 1)          # a 0-dim CPU scalar
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        d + torch.ones(4)
     with pytest.raises(RuntimeError, match="unbox expects Dml at::Tensor as inputs"):
-        d[torch.tensor([0, 2])]
-    assert_same(d[torch.tensor([0, 2]).to(dml_device)], torch.tensor([0.0, 2.0]))
+        torch.index_select(d, 0, torch.tensor([0, 2]))
+    assert_same(d[torch.tensor([0, 2])], torch.tensor([0.0, 2.0]))       # indexing takes them
+    m = torch.arange(6.0).view(2, 3)
+    assert_parity(torch.mm(m.to(dml_device), m.t()), m @ m.t())
 
 
 @settings(max_examples=25, deadline=None)

@@ -263,6 +263,29 @@ def test_every_view_kernel_of_a_normal_tensor_works_in_inference_mode(fixed, dml
     assert_parity([d[2] for d in device], [c[2] for c in cpu])       # add_ ran on the device
 
 
+@pytest.mark.parametrize("make, shape", [
+    (lambda: torch.nn.Conv2d(2, 3, 3), (1, 2, 5, 5)),                 # the kernel views the bias
+    (lambda: torch.nn.BatchNorm2d(2).eval(), (2, 2, 3, 3)),           # ... the running stats
+], ids=["conv2d-bias", "batch_norm-running-stats"])
+def test_kernels_that_view_a_normal_tensor_fail_and_are_fixed_on_the_device(rules, dml_device, make, shape,
+                                                                            assert_parity):
+    """Measured on the real 0.2.5 binary (benchmarks/results/fidelity-defects.json): a
+    convolution with a bias and batch_norm with running stats fail under inference_mode
+    like a view; the view-kernel fix covers them, on the device."""
+    def run(device):
+        torch.manual_seed(0)
+        module, x = make().to(device), torch.linspace(-2, 2, int(torch.tensor(shape).prod())).view(shape)
+        with torch.inference_mode():
+            return module(x.to(device))
+    with pytest.raises(RuntimeError, match="Cannot set version_counter for inference tensor"):
+        run(dml_device)
+    dmlshim.activate(fallback="known", trace=0)
+    dmlshim.trace.reset()
+    got = run(dml_device)
+    assert got.device == dml_device and not any(r["actions"].get("cpu") for r in dmlshim.report().rows)
+    assert_parity(got, run(CPU))
+
+
 def test_the_fix_and_the_emulator_rule_share_the_view_kernels_of_the_data():
     from dmlshim import dml_ops
     from dmlshim.patches import inference_mode

@@ -209,15 +209,30 @@ def fatal_dtype_message(*args, **kwargs):
     return abort_message(dtype)
 
 
+# Kernels of the real 0.2.5 binary that take CPU operands (measured, benchmarks/fidelity.py):
+# matrix products and the indexing ops, whose CPU indices torch moves to the device first.
+CPU_INDEX_OPS = ("index.Tensor", "index_put", "index_put_", "_index_put_impl_")
+_TAKE_CPU_OPERANDS = frozenset(["mm", "addmm", *CPU_INDEX_OPS])
+UNBOX_MESSAGE = ('tensor.device().type() == at::DeviceType::PrivateUse1 INTERNAL ASSERT FAILED at '
+                 '"DMLTensor.cpp":30, please report a bug to PyTorch. unbox expects Dml at::Tensor '
+                 'as inputs')
+
+
 def _takes_dml_tensors_only(op):
-    # DirectML's binary kernels accept one CPU operand ("self or other tensor
-    # must be on the DML device!"); its other kernels unbox every input as a DML
-    # tensor. CPU-fallback ops move everything to the CPU anyway.
+    # torch-directml's kernels unbox every input as a DML tensor; binary ops are checked
+    # by torch first (_binary_with_cpu_operand). CPU-fallback ops move everything anyway.
     name = routing.op_name(op)
-    if name in _COPY_OPS or routing.route(name) == routing.CPU_FALLBACK:
+    if name in _COPY_OPS or name in _TAKE_CPU_OPERANDS or routing.route(name) == routing.CPU_FALLBACK:
         return False
     arg_names = {a.name for a in op._schema.arguments}
     return not {"self", "other"} <= arg_names
+
+
+def _binary(op):
+    name = routing.op_name(op)
+    if name in _COPY_OPS or name in _TAKE_CPU_OPERANDS or routing.route(name) == routing.CPU_FALLBACK:
+        return False
+    return {"self", "other"} <= {a.name for a in op._schema.arguments}
 
 
 def _cpu_operand(*args, **kwargs):
@@ -225,6 +240,12 @@ def _cpu_operand(*args, **kwargs):
         if t.is_cpu and t.dim() > 0:
             return True
     return False
+
+
+def _devices_message(*args, **kwargs):
+    devices = list(dict.fromkeys(str(t.device) for t in _tensors(args, kwargs)))
+    return ("Expected all tensors to be on the same device, but found at least two devices, "
+            f"{devices[0]} and {devices[1]}!")
 
 
 def _no_fused_kernel(name):
@@ -311,6 +332,29 @@ def _view_of_normal_tensor_in_inference_mode(self, *_, **__):
     # inference_mode; torch's ADInplaceOrView kernel then gives it the base's version
     # counter, which an inference tensor refuses (c10 TensorImpl::set_version_counter).
     return torch.is_inference_mode_enabled() and not self.is_inference()
+
+
+def _normal_tensor_viewed(slot):
+    """Inference mode, and the argument at ``slot`` is a normal tensor: torch-directml's
+    kernel views it (bias, running_mean) through the dispatcher, so #41 fails there too."""
+    def when(*args, **__):
+        t = args[slot] if len(args) > slot else None
+        return (isinstance(t, Tensor) and torch.is_inference_mode_enabled()
+                and not t.is_inference())
+    return when
+
+
+def _view_then(slot, kernel):
+    """View the argument at ``slot`` on the device (the view kernels' rule and dmlshim's
+    inference_mode fix see it), then compute as usual."""
+    def replace(*args, **kwargs):
+        args[slot].view(args[slot].shape)
+        return kernel(*args, **kwargs)
+    return replace
+
+
+def _native_batch_norm(*args, **kwargs):
+    return _backend.run_on_cpu(torch.ops.aten.native_batch_norm.default, args, kwargs)
 
 
 def _pad_pairs_differ(self, padding, *_, **__):
@@ -488,16 +532,16 @@ def observed_rules():
 
 
 def unconfirmed_rules():
-    """Reported on older torch-directml, unknown on 0.2.5 (off by default; add them
+    """Reported on older torch-directml, not seen on the real 0.2.5 binary (off by default; add them
     with ``configure(rules=unconfirmed_rules(), extend=True)``)."""
     return [
+        Rule(CPU_INDEX_OPS, when=_cpu_operand, message=UNBOX_MESSAGE,
+             source="failure_modes.md #10; microsoft/DirectML#442, #397 (0.1.13-0.2.0): CPU "
+                    "index tensors refused; the real 0.2.5 binary takes them (measured)"),
         Rule("native_layer_norm", when=lambda input, *_, **__: not input.is_contiguous(),
              replace=_layer_norm_in_memory_order,
              source="failure_modes.md #45; microsoft/DirectML#588 (0.2.1): a permuted input "
                     "gives wrong values, x[::2] raises"),
-        Rule("_unique2", when=_counts_asked,
-             message="Return counts not implemented for unique operator for DirectML.",
-             source="failure_modes.md #47; microsoft/DirectML#410 (0.1.13)"),
     ]
 
 
@@ -541,15 +585,27 @@ def default_rules():
              error=FatalDirectMLError, message=fatal_dtype_message,
              source="failure_modes.md #9: a complex result cannot live on DirectML "
                     "(torch.stft, even with return_complex=False)"),
-        Rule(_takes_dml_tensors_only, when=_cpu_operand,
-             message='tensor.device().type() == at::DeviceType::PrivateUse1 INTERNAL ASSERT '
-                     'FAILED at "DMLTensor.cpp":30, please report a bug to PyTorch. unbox '
-                     'expects Dml at::Tensor as inputs',
-             source="failure_modes.md #10; microsoft/DirectML#442, #397"),
+        Rule(_takes_dml_tensors_only, when=_cpu_operand, message=UNBOX_MESSAGE,
+             source="failure_modes.md #10; microsoft/DirectML#442, #397; on the real 0.2.5 "
+                    "binary mm, addmm and indexing take CPU operands (measured)"),
+        Rule(_binary, when=_cpu_operand, message=_devices_message,
+             source="measured on the real 0.2.5 binary (benchmarks/fidelity.py): a binary op "
+                    "with a CPU operand of 1 or more dims fails torch's device check (a 0-dim "
+                    "one is a scalar)"),
         Rule(view_kernels(), when=_view_of_normal_tensor_in_inference_mode,
              message="Cannot set version_counter for inference tensor",
              source="failure_modes.md #41; microsoft/DirectML#602 (0.2.5 in a comment), #622, "
                     "#450; vladmandic/sdnext#3464"),
+        # measured on the real 0.2.5 binary (benchmarks/fidelity.py): conv with a bias and
+        # batch_norm with running stats fail the same way when those are normal tensors
+        Rule("convolution_overrideable", when=_normal_tensor_viewed(2),
+             replace=_view_then(2, _backend._convolution),
+             source="failure_modes.md #41, measured on the real 0.2.5 binary: the kernel views "
+                    "the bias"),
+        Rule("native_batch_norm", when=_normal_tensor_viewed(3),
+             replace=_view_then(3, _native_batch_norm),
+             source="failure_modes.md #41, measured on the real 0.2.5 binary: the kernel views "
+                    "running_mean"),
         Rule("reflection_pad2d", when=_pad_pairs_differ, replace=_pad_pairs_swapped,
              source="failure_modes.md #42; microsoft/DirectML#687: F.pad's (left, right, top, "
                     "bottom) applied as (top, bottom, left, right)"),
@@ -568,6 +624,10 @@ def default_rules():
              message=_compare_message,
              source="failure_modes.md #46; torch_directml.device(device_id) compares with int; "
                     "python-audio-separator PR#295, microsoft/DirectML#466"),
+        Rule("_unique2", when=_counts_asked,
+             message="Return counts not implemented for unique operator for DirectML.",
+             source="failure_modes.md #47; microsoft/DirectML#410 (0.1.13); the same on the real "
+                    "0.2.5 binary (measured, benchmarks/fidelity.py)"),
         *fp64_rules(),
         *fused_rnn_rules(),
         *observed_rules(),
