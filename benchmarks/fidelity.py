@@ -110,12 +110,11 @@ def _extra_cases():
 
 # Rows where the emulator and the real binary may rightly differ, with the evidence.
 SPECIFIC = {
-    "full_reduction": "stack artifact: on vkd3d-proton + lavapipe a reduction over all of 8 or "
-                      "more elements reads every second element twice (ones(9).sum() is 10, "
-                      "arange(12).max() is 10); reductions over a dim are right; no `err:` line. "
-                      "Main's dxil-spirv groupshared constant-offset patch (merge r-asr) addresses "
-                      "DirectML's reductions on this stack; this run's stack predates it. The "
-                      "emulator does not model it.",
+    "full_reduction": "a stack artifact, patched: before vkd3d-proton-dxil-spirv-tgsm-constant-"
+                      "gep.patch a reduction over all of 8 or more elements read every second "
+                      "element twice on vkd3d-proton + lavapipe (ones(9).sum() was 10), with no "
+                      "`err:` line (docs/realdml.md, 'Stack artifacts'); the emulator does not "
+                      "model it.",
 }
 
 
