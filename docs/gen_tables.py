@@ -9,6 +9,7 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: no_device -->               CPU calls before/after activate() with no device
     <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
     <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
+    <!-- results: doctor FILE.json [FILE.json ...] --> `dmlshim doctor --json` reports, side by side
 
 Every table says where its figures come from: the file, the date, the machine and the
 torch lane of the run (a file without a ``machine`` record: its commit date).
@@ -53,11 +54,13 @@ def _table(kind, arg, pattern=None):
         return bench_table(arg, pattern)
     if kind == "zoo" and arg and pattern is None:
         return zoo_table(arg)
+    if kind == "doctor" and arg:
+        return doctor_table([arg] + (pattern.split() if pattern else []))
     if kind in _NAMED and arg is None:
         return _NAMED[kind]()
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
-                     "'zoo FILE.json', 'headline', 'no_device'")
+                     "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device'")
 
 
 def _load(name):
@@ -208,6 +211,33 @@ def zoo_table(name):
                       f"numerics, parity profile '{extra.get('profile', '?')}'.", "",
                       "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
                      + ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows])
+
+
+def doctor_table(names):
+    """``python -m dmlshim doctor --json`` reports side by side: each defect's verdict and
+    figure per report, then each report's short conformance pass."""
+    reports = [(name, _load(name)) for name in names]
+    head = ["| defect | row | " + " | ".join(f"`{n}`" for n, _ in reports) + " |",
+            "|---|---|" + "---|" * len(reports)]
+    rows = {}
+    for i, (_, d) in enumerate(reports):
+        for defect in d["probes"]["defects"]:
+            row = rows.setdefault(defect["name"], [defect["row"]] + [""] * len(reports))
+            figure = f": {defect['figure'][:70]}" if defect.get("figure") else ""
+            row[1 + i] = f"{defect['status']}{figure}"
+    lines = head + ["| " + " | ".join(_cell(x) for x in [name] + cells) + " |" for name, cells in rows.items()]
+    notes = []
+    for name, d in reports:
+        c, v = d.get("conformance") or {}, d["versions"]
+        classes = ", ".join(f"{k} {n}" for k, n in c.get("classes", {}).items())
+        notes.append(f"`{name}` ({d.get('date', '?')}, committed {_committed(name)}): adapter "
+                     f"{_cell(d['adapter'].strip())}, float64 {'yes' if d['float64'] else 'no'}, "
+                     f"torch {v['torch']}, dmlshim {v['dmlshim']}; probes {d['probes']['seconds']:.1f} s "
+                     f"(cache {d['probes']['cache']}); conformance pass {c.get('ran', 0)} samples in "
+                     f"{c.get('seconds', 0):.1f} s: {classes or '-'}"
+                     + "".join(f"; {f['class']} `{f['op']}{'.' + f['variant'] if f['variant'] else ''}`"
+                               f"[{f['index']}]" for f in c.get("failures", [])) + ".")
+    return "\n".join(lines + [""] + ["- " + n for n in notes])
 
 
 def _source(name, d):
