@@ -92,7 +92,7 @@ def conformance_table():
              "| of which `close` with dmlshim | what still differs with dmlshim "
              "| raw misses by class | file (committed) |",
              "|---|---|---|---|---|---|---|---|"]
-    for path in sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json"))):
+    for path in _conformance_files():
         name = os.path.basename(path)
         d = _load(name)
         raw, shim = d["modes"]["raw"], d["modes"]["shim"]
@@ -104,7 +104,7 @@ def conformance_table():
                 differs[r["op"]] = differs.get(r["op"], 0) + 1
         misses = {k: v for k, v in raw["classes"].items() if k not in PARITY + ("nondeterministic",)}
         lines.append("| " + " | ".join(_cell(x) for x in (
-            d["torch"],
+            _lane_name(d),
             f"{raw['compared']:,} / {shim['compared']:,}",
             f"{_parity(raw):,} ({100 * raw['rate']:.2f}%)",
             f"{_parity(shim):,} ({100 * shim['rate']:.2f}%)",
@@ -115,6 +115,24 @@ def conformance_table():
             f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics, machine not recorded)"))
             + " |")
     return "\n".join(lines)
+
+
+def _conformance_files(reverse=False):
+    """The emulator's lanes (``conformance-torch*.json``), then the real binary's file."""
+    lanes = sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json")), reverse=reverse)
+    return lanes + sorted(glob.glob(os.path.join(RESULTS, "conformance-realdml*.json")))
+
+
+def _lane_name(d):
+    """``2.4.1`` for an emulator lane; the real binary's run says so, with its sample count."""
+    torch = d["torch"].split("+")[0]
+    if "criterion" not in d:
+        return torch
+    c = d["criterion"]
+    return (f"{torch}, real torch-directml 0.2.5 (realdml stack, first {d['options']['samples']} "
+            f"samples per OpInfo and dtype; with dmlshim {100 * c['real_rate']:.2f} % vs the "
+            f"emulator's {100 * c['emulator_rate']:.2f} % over the {c['samples']:,} samples both ran "
+            f"and the stack translated, from `{c['emulator_file']}`)")
 
 
 def _parity(c):
@@ -145,7 +163,7 @@ def conformance_groups_table():
     lines = ["| torch | commit | group | raw: at parity | with dmlshim | transparency |",
              "|---|---|---|---|---|---|"]
     seconds = []
-    for path in sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json")), reverse=True):
+    for path in _conformance_files(reverse=True):
         d = _load(os.path.basename(path))
         modes = d["modes"]
         groups = sorted({g for m in modes.values() for g in m.get("groups", {})},
@@ -160,9 +178,9 @@ def conformance_groups_table():
                     cells.append(_counts(m.get("groups", {}).get(group)))
                 else:
                     cells.append(_counts(_opinfo_only(m) if mode == "transparency" else m))
-            lines.append(f"| {d['torch'].split('+')[0]} | {d.get('commit') or '?'} | {group} | "
+            lines.append(f"| {_lane_name(d)} | {d.get('commit') or '?'} | {group} | "
                          + " | ".join(cells) + " |")
-        seconds.append(f"{d['torch'].split('+')[0]}: " + " + ".join(f"{k} {v} s" for k, v in d["seconds"].items()))
+        seconds.append(f"{_lane_name(d)}: " + " + ".join(f"{k} {v} s" for k, v in d["seconds"].items()))
     return "\n".join(lines) + f"\n\nSeconds per phase, machine not recorded ({'; '.join(seconds)})."
 
 
