@@ -25,6 +25,7 @@ import os
 import platform
 import re
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -39,7 +40,7 @@ __all__ = ["CLASSES", "Case", "Result", "collect", "run_mode", "run_sample", "cl
 
 # Classes, in the order the table prints them: the two that count as parity first.
 CLASSES = ("match", "close", "nondeterministic", "abort", "float64", "error", "wrong_dtype",
-           "wrong_device", "wrong_values")
+           "wrong_device", "wrong_values", "stack")
 PARITY = ("match", "close")
 MODES = ("raw", "shim")
 # On the CPU with dmlshim active against the CPU without it (docs/transparency.md).
@@ -333,10 +334,12 @@ def run_mode(cases: List[Case], mode: str, progress: bool = False, device: str =
         raise ValueError(f"mode {mode!r}; allowed: {', '.join((*MODES, TRANSPARENCY))}")
     import dmlshim
 
-    device = target_device(device)
+    kind, device = device, target_device(device)
     dmlshim.deactivate()
     results = []
     run = run_sample if mode != TRANSPARENCY else run_on_cpu
+    if kind == "directml" and mode != TRANSPARENCY:
+        run = lambda case, device: _run_unless_fatal(case, device, mode)  # noqa: E731
     with _shim(mode != "raw"):
         for case in _progress(cases, progress, mode):
             _forget()
@@ -399,6 +402,59 @@ def _shim(active: bool):
 def _forget() -> None:
     from dmlshim.patches import auto
     auto.forget()
+
+
+def _run_unless_fatal(case: Case, device: torch.device, mode: str = "raw") -> Result:
+    """:func:`run_sample` on torch-directml's own device, but a sample whose inputs or CPU
+    output hold a dtype DirectML aborts the process on (bf16, complex: failure_modes.md
+    #8, #9) is counted ``abort`` without running it: the abort would end the whole pass
+    (seen on the real binary: ``dml_util.cc:118] Invalid or unsupported data type
+    ComplexFloat``, exit 134)."""
+    found = _tensors(case.sample)
+    _tree_map(lambda x: found.append(x) if isinstance(x, torch.Tensor) else x, case.expected)
+    fatal = sorted({str(t.dtype) for t in found if t.dtype in NEVER_HELD}
+                   | ({"complex (inside the op)"} if case.op.startswith(COMPLEX_INSIDE) else set()))
+    if fatal:
+        return Result("abort", f"not run: {', '.join(fatal)} aborts torch-directml's process")
+    name = f"{mode}:{case.op}.{case.variant}:{case.dtype}#{case.index}"
+    if any(skip and name.startswith(skip) for skip in os.environ.get("DMLSHIM_CONFORMANCE_SKIP", "").split(",")):
+        return Result("abort", "not run: it ended the process in an earlier pass")
+    if os.environ.get("DMLSHIM_CONFORMANCE_ECHO"):    # which sample ends a pass that aborts
+        print(f"sample {name}", file=sys.stderr, flush=True)
+    with _stderr_captured() as log:
+        result = run_sample(case, device)
+    errs = [line for line in log() if "err:" in line]
+    if result.cls == "error" and errs and any(h in result.message for h in STACK_HRESULTS):
+        return Result("stack", _short(f"{result.message} after vkd3d {errs[0].strip()}"))
+    return result
+
+
+# Ops that compute through complex tensors between real inputs and outputs (fft.hfft on
+# float32 aborted the real binary: "Invalid or unsupported data type ComplexFloat").
+COMPLEX_INSIDE = ("fft.", "stft", "istft")
+# torch-directml's text for E_INVALIDARG and E_FAIL on Linux: what it raises when vkd3d-proton
+# (dxil-spirv) cannot translate a DirectML shader (docs/realdml.md); the stack's own failure
+# only when vkd3d logged an ``err:`` line during the same sample (needs VKD3D_DEBUG=err).
+STACK_HRESULTS = ("-2147024809", "-2147467259")
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """File descriptor 2 into a temporary file (vkd3d logs from C); yields a function
+    that returns the lines written."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as f:
+        os.dup2(f.fileno(), 2)
+        lines = []
+        try:
+            yield lambda: lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            lines.extend(f.read().decode("utf-8", "replace").splitlines())
 
 
 def run_sample(case: Case, device: torch.device) -> Result:

@@ -10,6 +10,7 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
     <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
     <!-- results: fidelity defects -->        emulator vs real binary, per defect (benchmarks/fidelity.py)
+    <!-- results: doctor FILE.json [FILE.json ...] --> `dmlshim doctor --json` reports, side by side
 
 Every table says where its figures come from: the file, the date, the machine and the
 torch lane of the run (a file without a ``machine`` record: its commit date).
@@ -56,11 +57,14 @@ def _table(kind, arg, pattern=None):
         return zoo_table(arg)
     if kind == "fidelity" and arg == "defects" and pattern is None:
         return fidelity_defects_table()
+    if kind == "doctor" and arg:
+        return doctor_table([arg] + (pattern.split() if pattern else []))
     if kind in _NAMED and arg is None:
         return _NAMED[kind]()
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
-                     "'zoo FILE.json', 'headline', 'no_device', 'fidelity defects'")
+                     "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', "
+                     "'fidelity defects'")
 
 
 def _load(name):
@@ -92,7 +96,7 @@ def conformance_table():
              "| of which `close` with dmlshim | what still differs with dmlshim "
              "| raw misses by class | file (committed) |",
              "|---|---|---|---|---|---|---|---|"]
-    for path in sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json"))):
+    for path in _conformance_files():
         name = os.path.basename(path)
         d = _load(name)
         raw, shim = d["modes"]["raw"], d["modes"]["shim"]
@@ -104,7 +108,7 @@ def conformance_table():
                 differs[r["op"]] = differs.get(r["op"], 0) + 1
         misses = {k: v for k, v in raw["classes"].items() if k not in PARITY + ("nondeterministic",)}
         lines.append("| " + " | ".join(_cell(x) for x in (
-            d["torch"],
+            _lane_name(d),
             f"{raw['compared']:,} / {shim['compared']:,}",
             f"{_parity(raw):,} ({100 * raw['rate']:.2f}%)",
             f"{_parity(shim):,} ({100 * shim['rate']:.2f}%)",
@@ -115,6 +119,24 @@ def conformance_table():
             f"{d.get('binding', '?')} binding, {d.get('numerics', '?')} numerics, machine not recorded)"))
             + " |")
     return "\n".join(lines)
+
+
+def _conformance_files(reverse=False):
+    """The emulator's lanes (``conformance-torch*.json``), then the real binary's file."""
+    lanes = sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json")), reverse=reverse)
+    return lanes + sorted(glob.glob(os.path.join(RESULTS, "conformance-realdml*.json")))
+
+
+def _lane_name(d):
+    """``2.4.1`` for an emulator lane; the real binary's run says so, with its sample count."""
+    torch = d["torch"].split("+")[0]
+    if "criterion" not in d:
+        return torch
+    c = d["criterion"]
+    return (f"{torch}, real torch-directml 0.2.5 (realdml stack, first {d['options']['samples']} "
+            f"samples per OpInfo and dtype; with dmlshim {100 * c['real_rate']:.2f} % vs the "
+            f"emulator's {100 * c['emulator_rate']:.2f} % over the {c['samples']:,} samples both ran "
+            f"and the stack translated, from `{c['emulator_file']}`)")
 
 
 def _parity(c):
@@ -145,7 +167,7 @@ def conformance_groups_table():
     lines = ["| torch | commit | group | raw: at parity | with dmlshim | transparency |",
              "|---|---|---|---|---|---|"]
     seconds = []
-    for path in sorted(glob.glob(os.path.join(RESULTS, "conformance-torch*.json")), reverse=True):
+    for path in _conformance_files(reverse=True):
         d = _load(os.path.basename(path))
         modes = d["modes"]
         groups = sorted({g for m in modes.values() for g in m.get("groups", {})},
@@ -160,9 +182,9 @@ def conformance_groups_table():
                     cells.append(_counts(m.get("groups", {}).get(group)))
                 else:
                     cells.append(_counts(_opinfo_only(m) if mode == "transparency" else m))
-            lines.append(f"| {d['torch'].split('+')[0]} | {d.get('commit') or '?'} | {group} | "
+            lines.append(f"| {_lane_name(d)} | {d.get('commit') or '?'} | {group} | "
                          + " | ".join(cells) + " |")
-        seconds.append(f"{d['torch'].split('+')[0]}: " + " + ".join(f"{k} {v} s" for k, v in d["seconds"].items()))
+        seconds.append(f"{_lane_name(d)}: " + " + ".join(f"{k} {v} s" for k, v in d["seconds"].items()))
     return "\n".join(lines) + f"\n\nSeconds per phase, machine not recorded ({'; '.join(seconds)})."
 
 
@@ -211,6 +233,33 @@ def zoo_table(name):
                       f"numerics, parity profile '{extra.get('profile', '?')}'.", "",
                       "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
                      + ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows])
+
+
+def doctor_table(names):
+    """``python -m dmlshim doctor --json`` reports side by side: each defect's verdict and
+    figure per report, then each report's short conformance pass."""
+    reports = [(name, _load(name)) for name in names]
+    head = ["| defect | row | " + " | ".join(f"`{n}`" for n, _ in reports) + " |",
+            "|---|---|" + "---|" * len(reports)]
+    rows = {}
+    for i, (_, d) in enumerate(reports):
+        for defect in d["probes"]["defects"]:
+            row = rows.setdefault(defect["name"], [defect["row"]] + [""] * len(reports))
+            figure = f": {defect['figure'][:70]}" if defect.get("figure") else ""
+            row[1 + i] = f"{defect['status']}{figure}"
+    lines = head + ["| " + " | ".join(_cell(x) for x in [name] + cells) + " |" for name, cells in rows.items()]
+    notes = []
+    for name, d in reports:
+        c, v = d.get("conformance") or {}, d["versions"]
+        classes = ", ".join(f"{k} {n}" for k, n in c.get("classes", {}).items())
+        notes.append(f"`{name}` ({d.get('date', '?')}, committed {_committed(name)}): adapter "
+                     f"{_cell(d['adapter'].strip())}, float64 {'yes' if d['float64'] else 'no'}, "
+                     f"torch {v['torch']}, dmlshim {v['dmlshim']}; probes {d['probes']['seconds']:.1f} s "
+                     f"(cache {d['probes']['cache']}); conformance pass {c.get('ran', 0)} samples in "
+                     f"{c.get('seconds', 0):.1f} s: {classes or '-'}"
+                     + "".join(f"; {f['class']} `{f['op']}{'.' + f['variant'] if f['variant'] else ''}`"
+                               f"[{f['index']}]" for f in c.get("failures", [])) + ".")
+    return "\n".join(lines + [""] + ["- " + n for n in notes])
 
 
 def _source(name, d):

@@ -6,6 +6,7 @@ wrong_dtype) and the shim's match.
 """
 import dataclasses
 import json
+import os
 import math
 import subprocess
 import sys
@@ -240,3 +241,51 @@ def test_command_line_entry_point():
     assert "abort" in proc.stdout
     proc = subprocess.run(command + ["--mode", "both"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- the real binary's guards
+
+def _case(op_name, sample, variant=""):
+    opinfo = next(op for op in conformance.op_db() if op.name == op_name and op.variant_test_name == variant)
+    return conformance.Case(opinfo, op_name, variant, "float32", 0, sample,
+                            opinfo(sample.input, *sample.args, **sample.kwargs), True,
+                            tuple(False for _ in conformance._tensors(sample)))
+
+
+def test_real_binary_samples_that_abort_the_process_are_not_run(dml_device, monkeypatch):
+    """On torch-directml's device, a complex output (fft.fft) or an op computing through
+    complex (fft.hfft on float32 ended the real binary's process) counts ``abort`` unrun;
+    a sample named in DMLSHIM_CONFORMANCE_SKIP too; any other runs as run_sample does."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    fft = _case("fft.fft", SampleInput(torch.randn(8)))
+    assert torch.is_complex(fft.expected)
+    result = conformance._run_unless_fatal(fft, dml_device)
+    assert result.cls == "abort" and "not run" in result.message and "torch.complex64" in result.message
+    hfft = _case("fft.hfft", SampleInput(torch.randn(8)))
+    assert conformance._run_unless_fatal(hfft, dml_device).message.startswith("not run: complex (inside")
+    add = _case("add", SampleInput(torch.randn(3), args=(torch.randn(3),)))
+    assert conformance._run_unless_fatal(add, dml_device).cls == "match"
+    monkeypatch.setenv("DMLSHIM_CONFORMANCE_SKIP", "shim:add.:,raw:mul.:")
+    assert conformance._run_unless_fatal(add, dml_device, "raw").cls == "match"
+    assert conformance._run_unless_fatal(add, dml_device, "shim").cls == "abort"
+
+
+def test_stack_failures_are_counted_apart(dml_device, monkeypatch):
+    """An E_INVALIDARG/E_FAIL error is the stack's own (class ``stack``) only when vkd3d
+    logged an ``err:`` line on file descriptor 2 during the same sample."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    case = _case("add", SampleInput(torch.randn(3), args=(torch.randn(3),)))
+
+    def failing(logged):
+        def run(case, device):
+            if logged:
+                os.write(2, b"err: dxil-spirv: unsupported opcode\n")
+            return conformance.Result("error", "RuntimeError: Unknown error -2147467259")
+        return run
+    monkeypatch.setattr(conformance, "run_sample", failing(True))
+    result = conformance._run_unless_fatal(case, dml_device)
+    assert result.cls == "stack" and "err: dxil-spirv" in result.message
+    monkeypatch.setattr(conformance, "run_sample", failing(False))
+    assert conformance._run_unless_fatal(case, dml_device).cls == "error"
