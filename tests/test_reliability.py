@@ -97,7 +97,7 @@ IMPORT_ORDER = textwrap.dedent("""
 # #11 (legacy_new) too: torch 2.4.1 and 2.13 accept Tensor.new on PrivateUse1.
 ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto", "basicsr", "facexlib",
                "gfpgan", "funasr", "inference_mode", "pad", "gather", "losses", "load", "upsample_bilinear",
-               "upsample_nearest", "prelu", "broadcast_copy", "autocast"}
+               "upsample_nearest", "prelu", "broadcast_copy", "autocast", "legacy_new", "repeat"}
 
 
 def _run_order(order, tmp_path):
