@@ -6,6 +6,8 @@ torch-directml 0.2.5 ``x.new(...)`` runs without the shim, but ``x.new()`` and
 ``legacy_new.refused()`` reproduces that, and the ``legacy_new`` patch rebuilds each
 form with the CPU's dtype and values on the device.
 """
+import os
+
 import pytest
 import torch
 
@@ -41,6 +43,15 @@ def _forms(x, dev, dtype, assert_same):
     assert alias[0].item() == 7
 
 
+# The emulator models the lost index through its Python empty kernel (rule on
+# empty.memory_format), which torch 2.4.1 cannot hold (its from_dlpack refuses an index-less device)
+# (the index is kept): a known gap of the model on that lane, not of the fix.
+_NO_MODEL = (torch.__version__.startswith("2.4.")
+             and os.environ.get("DMLSHIM_TEST_DEVICE") != "directml")
+
+
+@pytest.mark.xfail(_NO_MODEL, strict=True,
+                   reason="torch 2.4.1: the emulator keeps the index (from_dlpack refuses an index-less device)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
 def test_lost_device_index_reproduced_then_fixed(dml_device, dtype, assert_same):
     """torch 2.4.1 accepts every form, but x.new() and x.new(size) land on 'privateuseone'

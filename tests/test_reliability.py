@@ -98,6 +98,8 @@ IMPORT_ORDER = textwrap.dedent("""
 ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto", "basicsr", "facexlib",
                "gfpgan", "funasr", "inference_mode", "pad", "gather", "losses", "load", "upsample_bilinear",
                "upsample_nearest", "prelu", "broadcast_copy", "autocast", "legacy_new", "repeat"}
+if torch.__version__.startswith("2.4."):      # new_device_index not modelled there (test_legacy_new)
+    ALL_PATCHES.discard("legacy_new")
 
 
 def _run_order(order, tmp_path):

@@ -53,7 +53,8 @@ def to_device(cpu_tensor):
 
 def device_without_index(cpu_tensor):
     """As :func:`to_device`, on ``privateuseone`` without an index, as torch-directml's
-    empty kernel returns for a device given without one (the real 0.2.5 binary)."""
+    empty kernel returns for a device given without one (the real 0.2.5 binary).
+    Raises RuntimeError on torch 2.4 (its from_dlpack takes no such device)."""
     cap = _to_dlpack(cpu_tensor)
     device = _get_pointer(cap, b"dltensor") + _DEVICE_TYPE_OFFSET
     _int32_at(device).value = _KDL_EXT_DEV

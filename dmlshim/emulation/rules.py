@@ -470,8 +470,11 @@ def _empty_without_index(size, *, dtype=None, layout=None, device=None, pin_memo
     # torch-directml's empty kernel keeps the device it is given: x.new(2) asks for
     # Device(PrivateUse1) (no index, torch's legacy constructor), and gets a tensor there.
     from ._python_api import device_without_index
-    return device_without_index(torch.empty(size, dtype=dtype, layout=layout,
-                                            memory_format=memory_format))
+    cpu = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
+    try:
+        return device_without_index(cpu)
+    except RuntimeError:      # torch 2.4 cannot hold it: the index is kept (not modelled)
+        return _backend.to_device(cpu)
 
 
 def observed_rules():
