@@ -142,6 +142,13 @@ def probe_tensor_new(device) -> Verdict:
     return _compare(got, torch.zeros(1).new([1.0, 2.0]))
 
 
+def probe_new_device_index(device) -> Verdict:
+    """`x.new(2)` on a device `x`: the device, index included"""
+    x = torch.zeros(1, device=device)
+    got = x.new(2)
+    return Verdict(got.device != x.device, f"x.new(2) is on {got.device}, x on {x.device}")
+
+
 def probe_broadcast_copy(device) -> Verdict:
     """`d.copy_(row)`: an f32[4] row, from the CPU and on the device, into a device f32[3,4]"""
     base, row = torch.arange(12.0).reshape(3, 4), torch.tensor([1.0, -2.0, 3.0, -4.0])
@@ -189,6 +196,11 @@ CORE: Tuple[Defect, ...] = (
     Defect("tensor_new", "#11", "microsoft/DirectML#400, #415; pytorch/pytorch#95734",
            "Tensor.new(...) refused on PrivateUse1 (torch 2.0, torch-directml <= 0.2.0)",
            probe_tensor_new, ("legacy_new",)),
+    Defect("new_device_index", "none (real binary)",
+           "measured on the real torch-directml 0.2.5 binary (docs/realdml.md); no public report",
+           "x.new() and x.new(size) land on 'privateuseone' without x's index: "
+           "'Expected all tensors to be on the same device' when mixed with x",
+           probe_new_device_index, ("legacy_new",)),
     Defect("broadcast_copy", "none (real binary)",
            "measured on the real torch-directml 0.2.5 binary (docs/realdml.md); no public report",
            "d.copy_(src) with a src that broadcasts: from the CPU only d's first src.numel() "

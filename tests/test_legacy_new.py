@@ -1,11 +1,13 @@
 """``Tensor.new`` on the device (failure_modes.md #11), every legacy form, both ways.
 
 Evidence first: torch 2.4.1's own legacy-constructor check accepts PrivateUse1, so on
-torch-directml 0.2.5 ``x.new(...)`` works without the shim (the first test also runs on
-a real device).  torch 2.0 (torch-directml <= 0.2.0) refused it; the emulator's opt-in
+torch-directml 0.2.5 ``x.new(...)`` runs without the shim, but ``x.new()`` and
+``x.new(size)`` lose the device index (the first test also runs on a real device).  torch 2.0 (torch-directml <= 0.2.0) refused it; the emulator's opt-in
 ``legacy_new.refused()`` reproduces that, and the ``legacy_new`` patch rebuilds each
 form with the CPU's dtype and values on the device.
 """
+import os
+
 import pytest
 import torch
 
@@ -41,10 +43,36 @@ def _forms(x, dev, dtype, assert_same):
     assert alias[0].item() == 7
 
 
+# The emulator models the lost index through its Python empty kernel (rule on
+# empty.memory_format), which torch 2.4.1 cannot hold (its from_dlpack refuses an index-less device)
+# (the index is kept): a known gap of the model on that lane, not of the fix.
+_NO_MODEL = (torch.__version__.startswith("2.4.")
+             and os.environ.get("DMLSHIM_TEST_DEVICE") != "directml")
+
+
+@pytest.mark.xfail(_NO_MODEL, strict=True,
+                   reason="torch 2.4.1: the emulator keeps the index (from_dlpack refuses an index-less device)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
-def test_every_form_works_on_torch_2_4_without_the_shim(dml_device, dtype, assert_same):
+def test_lost_device_index_reproduced_then_fixed(dml_device, dtype, assert_same):
+    """torch 2.4.1 accepts every form, but x.new() and x.new(size) land on 'privateuseone'
+    without x's index on the real 0.2.5 binary (defect new_device_index)."""
+    from dmlshim.defects import probe_new_device_index
+
     dmlshim.deactivate()
-    _forms(torch.zeros(3, dtype=dtype, device=dml_device), dml_device, dtype, assert_same)
+    x = torch.zeros(3, dtype=dtype, device=dml_device)
+    assert x.new([1, 2]).device == dml_device          # a sequence keeps the index
+    for args in [(), (2, 3), (torch.Size([4]),)]:
+        assert x.new(*args).device == torch.device(dml_device.type)      # index lost
+    # (then x.new(3) + x raises "Expected all tensors to be on the same device" on the real
+    # binary; the emulator models the lost index, not that check)
+    assert probe_new_device_index(dml_device).broken
+    dmlshim.activate(fallback="known", trace=0)
+    try:
+        _forms(x, dml_device, dtype, assert_same)
+        assert (x.new(3).zero_() + x).device == dml_device
+        assert not probe_new_device_index(dml_device).broken
+    finally:
+        dmlshim.deactivate()
 
 
 @pytest.mark.emulated_only

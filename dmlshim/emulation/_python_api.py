@@ -51,6 +51,17 @@ def to_device(cpu_tensor):
     return _retag(cpu_tensor, _KDL_EXT_DEV)
 
 
+def device_without_index(cpu_tensor):
+    """As :func:`to_device`, on ``privateuseone`` without an index, as torch-directml's
+    empty kernel returns for a device given without one (the real 0.2.5 binary).
+    Raises RuntimeError on torch 2.4 (its from_dlpack takes no such device)."""
+    cap = _to_dlpack(cpu_tensor)
+    device = _get_pointer(cap, b"dltensor") + _DEVICE_TYPE_OFFSET
+    _int32_at(device).value = _KDL_EXT_DEV
+    _int32_at(device + 4).value = -1          # DLDevice.device_id follows device_type
+    return _from_dlpack(cap)
+
+
 def cpu_alias(dev_tensor):
     """A CPU tensor aliasing ``dev_tensor``'s memory (writes are shared)."""
     return _retag(dev_tensor, _KDL_CPU)

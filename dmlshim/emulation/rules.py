@@ -505,6 +505,22 @@ def _repeat_message(self, repeats, *_, **__):
     return f"the dimesion of at::Tensor must be 4 or lower, but got {_repeat_rank(self, repeats)}"
 
 
+def _device_without_index(*args, device=None, **kwargs):
+    return device is not None and torch.device(device).index is None
+
+
+def _empty_without_index(size, *, dtype=None, layout=None, device=None, pin_memory=None,
+                         memory_format=None):
+    # torch-directml's empty kernel keeps the device it is given: x.new(2) asks for
+    # Device(PrivateUse1) (no index, torch's legacy constructor), and gets a tensor there.
+    from ._python_api import device_without_index
+    cpu = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
+    try:
+        return device_without_index(cpu)
+    except RuntimeError:      # torch 2.4 cannot hold it: the index is kept (not modelled)
+        return _backend.to_device(cpu)
+
+
 def observed_rules():
     """What the real torch-directml 0.2.5 binary gets wrong and no other rule models
     (``dmlshim.observed``; part of :func:`default_rules`)."""
@@ -528,6 +544,10 @@ def observed_rules():
         Rule("repeat", when=_repeat_over_four, message=_repeat_message,
              source=source.format("#61", "; Comfy-Org/ComfyUI#5860: Tensor.repeat with more "
                                          "than 4 dimensions")),
+        Rule("empty.memory_format", when=_device_without_index, replace=_empty_without_index,
+             source=source.format("none", ": x.new() and x.new(size) on 'privateuseone', "
+                                          "without x's index (legacy constructors ask empty for "
+                                          "Device(PrivateUse1); the kernel keeps it)")),
     ]
 
 

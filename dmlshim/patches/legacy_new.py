@@ -7,6 +7,12 @@ passes every call through and acts only when that refusal is raised: ``x.new()``
 and moved to the device; ``x.new(tensor)`` is an alias, as torch makes it;
 ``x.new(storage)`` is not rescued.  Action ``coerce``.
 
+On torch-directml 0.2.5 (the real binary) ``x.new()`` and ``x.new(size)`` work but land
+on ``privateuseone`` without ``x``'s index (torch's legacy constructor asks ``empty`` for
+``Device(PrivateUse1)`` and the kernel keeps it), so ``x.new(2) + x`` raises "Expected
+all tensors to be on the same device"; such a result is made again with
+``x.new_empty`` (its values are uninitialized either way).  Action ``coerce``.
+
 Each form, and why not sdnext's fix: docs/fixes.md ("Tensor.new: the evidence")."""
 from __future__ import annotations
 
@@ -24,7 +30,10 @@ def _is_refusal(exc: BaseException) -> bool:
 
 def _new(func, args, kwargs):
     try:
-        return "pass", func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        if _lost_index(args[0], result):
+            return "coerce", args[0].new_empty(result.shape)
+        return "pass", result
     except RuntimeError as exc:
         if not _is_refusal(exc):
             raise
@@ -33,6 +42,12 @@ def _new(func, args, kwargs):
     if result is None:
         raise refusal
     return "coerce", result
+
+
+def _lost_index(base: torch.Tensor, result: torch.Tensor) -> bool:
+    # only a size form, on the device, without the index base has (defect new_device_index)
+    return (result.device.type == "privateuseone" == base.device.type
+            and result.device.index is None and base.device.index is not None)
 
 
 def legacy_new(func, base: torch.Tensor, args: tuple, kwargs: dict):
