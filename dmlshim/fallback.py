@@ -250,13 +250,15 @@ def _wrapped_number(kind, value, sign) -> torch.Tensor:
 def _zero_dim_dtypes(args, out) -> list:
     """``out`` (``args`` with numbers as 0-dim tensors) with those tensors cast to the
     dtype the first number, wrapped, would give with the first tensor operand, where
-    every tensor operand is 0-dim (else a dimensioned operand decides, as on the CPU)."""
+    every tensor operand is 0-dim (else a dimensioned operand decides, as on the CPU).
+    They go to that operand's device too: a 0-dim CPU float16 operand beside a device
+    tensor aborts the real torch-directml 0.2.5 (``dml_util.h:52 Check failed``)."""
     operands = [a for a in args if isinstance(a, torch.Tensor)]
     if not operands or any(t.dim() for t in operands):
         return out
     number = next(a for a, t in zip(args, out) if a is not t)   # numbers_as_tensors converted one
-    dtype = torch.result_type(operands[0], number)
-    return [t.to(dtype) if a is not t and t.dtype != dtype else t for a, t in zip(args, out)]
+    dtype, device = torch.result_type(operands[0], number), operands[0].device
+    return [t.to(device, dtype) if a is not t else t for a, t in zip(args, out)]
 
 
 @functools.lru_cache(maxsize=None)

@@ -239,6 +239,29 @@ def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data, assert_sam
     assert rows == {"aten::mul.Tensor": {"coerce": 2}}
 
 
+def test_a_number_beside_a_0_dim_device_tensor_without_wrapped_numbers(dml_device, monkeypatch,
+                                                                      assert_parity):
+    """Where Python cannot flag a wrapped number (no compiled emulator: the real binary),
+    the number becomes a 0-dim tensor of the result's dtype on the operand's device: a 0-dim
+    CPU float16 one beside a device tensor aborted the real 0.2.5 binary under dmlshim
+    (``b * 1e-05``, ``torch.isclose`` of 0-dim float16 tensors)."""
+    from dmlshim import fallback
+
+    monkeypatch.setattr(fallback, "wrap_number", None)
+    b = torch.tensor(1.25, dtype=torch.float16)
+    converted = fallback.numbers_as_tensors(aten.mul.Tensor, (b.to(dml_device), 1e-05))
+    assert converted[1].device == dml_device and converted[1].dtype is torch.float16
+    dispatcher.install(patches.Context(target=dml_device.type))
+    try:
+        got = b.to(dml_device) * 1e-05
+        assert got.dtype is torch.float16
+        assert_parity(got.cpu(), b * 1e-05)
+        assert_parity(torch.isclose(b.to(dml_device), b.to(dml_device) * 1.001).cpu(),
+                      torch.isclose(b, b * 1.001))
+    finally:
+        dispatcher.uninstall()
+
+
 def test_acts_only_on_the_target_device_type(dml_device, data):
     dmlshim.deactivate()
     _, (xd, md, _) = data
