@@ -20,11 +20,11 @@ def test_zoo_table_rows_and_results_file(tmp_path, capsys, dml_device, profile):
     assert {"date", "torch", "cpu"} <= set(data["machine"])
     rows = [[row[column] for column in zoo.HEADER] for row in data["rows"]]
     sensevoice, whisper, nano = rows
-    # SenseVoice: fails raw (a CPU mask indexing a device tensor), the dispatcher net
-    # moves the mask to the device, and the transcripts equal the CPU's within the profile
+    # SenseVoice: runs raw (its CPU mask indexes a device tensor, which the real 0.2.5
+    # binary takes: #10 is an older build's refusal), nothing to fix, the CPU's transcripts
     assert sensevoice[0] == "SenseVoiceSmall"
-    assert sensevoice[1].startswith("`RuntimeError: ") and "sense_voice/model.py" in sensevoice[1]
-    assert "`aten::_index_put_impl_` coerce=" in sensevoice[2]
+    assert sensevoice[1] == "runs, within the profile"
+    assert sensevoice[2] == "nothing (no call intercepted)"
     assert "0 token edit(s)" in sensevoice[3]
     assert " s / " in sensevoice[4]
     # Whisper: its sparse buffer fails raw; with the shim it is a CPU island and the
