@@ -244,7 +244,7 @@ def test_a_number_beside_a_0_dim_device_tensor_without_wrapped_numbers(dml_devic
     """Where Python cannot flag a wrapped number (no compiled emulator: the real binary),
     the number becomes a 0-dim tensor of the result's dtype on the operand's device: a 0-dim
     CPU float16 one beside a device tensor aborted the real 0.2.5 binary under dmlshim
-    (``b * 1e-05``, ``torch.isclose`` of 0-dim float16 tensors)."""
+    (``b * 1e-05``; ``torch.isclose`` of 0-dim float16 tensors, which multiplies so)."""
     from dmlshim import fallback
 
     monkeypatch.setattr(fallback, "wrap_number", None)
@@ -256,8 +256,8 @@ def test_a_number_beside_a_0_dim_device_tensor_without_wrapped_numbers(dml_devic
         got = b.to(dml_device) * 1e-05
         assert got.dtype is torch.float16
         assert_parity(got.cpu(), b * 1e-05)
-        assert_parity(torch.isclose(b.to(dml_device), b.to(dml_device) * 1.001).cpu(),
-                      torch.isclose(b, b * 1.001))
+        assert_parity(torch.addcmul(b.to(dml_device), b.to(dml_device), b.to(dml_device),
+                                    value=0.5).cpu(), torch.addcmul(b, b, b, value=0.5))
     finally:
         dispatcher.uninstall()
 
