@@ -114,11 +114,17 @@ def _float_times_bool(self, other, *_, **__):
              or (self.dtype == torch.bool and other.is_floating_point())))
 
 
+def _host(t):
+    """The CPU view of a device tensor's memory (a CPU tensor as it is): silent rules
+    compute their wrong answer there, without re-entering the device's kernels."""
+    return t if t.is_cpu else _backend.cpu_alias(t)
+
+
 def _bool_product(self, other, *_, **__):
     # measured on the real 0.2.5 binary: a float operand is truncated to an integer
     # first, so 0.5 * True is False and -1.2 * True is True
-    host = [t.cpu().trunc() if t.is_floating_point() else t.cpu() for t in (self, other)]
-    return torch.logical_and(*host).to(self.device)
+    host = [_host(t).trunc() if t.is_floating_point() else _host(t) for t in (self, other)]
+    return _backend.to_device(torch.logical_and(*host))
 
 
 def _in_device_autocast(*_, **__):
@@ -137,12 +143,13 @@ def _broadcast_copy_result(self, src, *_, **__):
     # measured on the real 0.2.5 binary: a CPU source lands in self's first elements (in
     # self's element order, the rest left as it was); a device source of fewer dimensions
     # fills self with its first element
-    host = self.cpu().reshape(-1)
-    if src.device.type == "cpu":
-        host[:src.numel()] = src.reshape(-1)
+    flat = _host(self).flatten()                      # a copy, in self's element order
+    if src.is_cpu:
+        flat[:src.numel()] = src.reshape(-1)
     else:
-        host[:] = src.reshape(-1)[0].cpu()
-    return self.copy_(host.reshape(self.shape))
+        flat[:] = _host(src).reshape(-1)[0]
+    _host(self).copy_(flat.view(self.shape))
+    return self
 
 
 def _empty_beside_data(tensors, *_, **__):
@@ -218,21 +225,26 @@ UNBOX_MESSAGE = ('tensor.device().type() == at::DeviceType::PrivateUse1 INTERNAL
                  'as inputs')
 
 
+def _refuses_cpu_operands(op):
+    """A DML kernel that gets its operands as given: not a copy, not one of the kernels
+    that take CPU operands, not a CPU fallback (which moves everything anyway)."""
+    name = routing.op_name(op)
+    return not (name in _COPY_OPS or name in _TAKE_CPU_OPERANDS
+                or routing.route(name) == routing.CPU_FALLBACK)
+
+
+def _is_binary(op):
+    return {"self", "other"} <= {a.name for a in op._schema.arguments}
+
+
 def _takes_dml_tensors_only(op):
     # torch-directml's kernels unbox every input as a DML tensor; binary ops are checked
-    # by torch first (_binary_with_cpu_operand). CPU-fallback ops move everything anyway.
-    name = routing.op_name(op)
-    if name in _COPY_OPS or name in _TAKE_CPU_OPERANDS or routing.route(name) == routing.CPU_FALLBACK:
-        return False
-    arg_names = {a.name for a in op._schema.arguments}
-    return not {"self", "other"} <= arg_names
+    # by torch first (_binary).
+    return _refuses_cpu_operands(op) and not _is_binary(op)
 
 
 def _binary(op):
-    name = routing.op_name(op)
-    if name in _COPY_OPS or name in _TAKE_CPU_OPERANDS or routing.route(name) == routing.CPU_FALLBACK:
-        return False
-    return {"self", "other"} <= {a.name for a in op._schema.arguments}
+    return _refuses_cpu_operands(op) and _is_binary(op)
 
 
 def _cpu_operand(*args, **kwargs):
