@@ -179,7 +179,6 @@ def _inference_cases():
 # ------------------------------------------------------------------ children
 
 def _device(kind):
-    import torch
     if kind.startswith("real"):
         import torch_directml
         return torch_directml.device()
@@ -203,22 +202,15 @@ def child_probes(kind):
     out = {d.name: _verdict_dict(probing.run_probe(d, device, 60.0))
            for d in probing.all_defects() if not d.static}
     for name, _, case in _extra_cases():
-        out[name] = _verdict_dict(_run_case(_probe(case), device))
+        out[name] = _verdict_dict(probing.verdict_of(_probe(case), device))
     return out
-
-
-def _run_case(probe, device):
-    from dmlshim.defects import Verdict
-    try:
-        return probe(device)
-    except BaseException as exc:                            # FatalDirectMLError included
-        return Verdict(True, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}")
 
 
 def child_static(kind, name):
     """One static defect's repro on ``kind``'s device (this process may be aborted)."""
+    from dmlshim import probing
     from dmlshim.reported import _probe
-    return _verdict_dict(_run_case(_probe(_static_cases()[name]), _device(kind)))
+    return _verdict_dict(probing.verdict_of(_probe(_static_cases()[name]), _device(kind)))
 
 
 def child_inference(kind):
@@ -354,7 +346,7 @@ def main():
     for kind in DEVICES:
         t0 = time.perf_counter()
         results[kind] = run_child(ARGS.python, kind, "probes")
-        for name in _static_names():
+        for name in (d.name for d in probing.all_defects() if d.static):
             results[kind][name] = run_child(ARGS.python, kind, "static", name)
         if not kind.endswith("fp64"):
             inference[kind] = run_child(ARGS.python, kind, "inference")
@@ -369,10 +361,6 @@ def main():
     print(f"{len(data['rows'])} rows, {len(bad)} disagree: {', '.join(bad) or '-'}; "
           f"{data['seconds']} s; wrote {ARGS.out}")
     return 0
-
-
-def _static_names():
-    return ("bfloat16", "complex", "prelu_channels", "sparse")
 
 
 ARGS = None

@@ -21,7 +21,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
@@ -112,17 +112,20 @@ def run_probe(defect: Defect, device: torch.device, timeout: Optional[float] = T
     is left behind: a hung DirectML call cannot be interrupted)."""
     box: list = []
     if timeout is None:
-        return _verdict(defect, device)
+        return verdict_of(defect.probe, device)
 
-    worker = threading.Thread(target=lambda: box.append(_verdict(defect, device)), name=f"dmlshim-probe-{defect.name}", daemon=True)
+    worker = threading.Thread(target=lambda: box.append(verdict_of(defect.probe, device)),
+                              name=f"dmlshim-probe-{defect.name}", daemon=True)
     worker.start()
     worker.join(timeout)
     return box[0] if box else Verdict(True, f"timed out after {timeout:g} s")
 
 
-def _verdict(defect: Defect, device) -> Verdict:
+def verdict_of(probe: Callable[[torch.device], Verdict], device) -> Verdict:
+    """``probe(device)``; an exception (any, ``FatalDirectMLError`` included) is a broken
+    verdict whose figure is its first line."""
     try:
-        return defect.probe(device)
+        return probe(device)
     except BaseException as exc:                      # the error *is* the verdict
         return Verdict(True, f"{type(exc).__name__}: {_first_line(exc)}")
 
