@@ -269,8 +269,7 @@ def _source(name, d):
     if m:
         return (f"`{name}`: {m['date']}, torch {m['torch']}, Python {m['python']}, "
                 f"{m['cpu']} ({m['cores']} cores), {m['os']}")
-    torch = d.get("extra", {}).get("torch", "not recorded")
-    return f"`{name}`: committed {_committed(name)}, torch {torch}, machine not recorded"
+    return f"`{name}`: committed {_committed(name)}, torch {_lane(d)}, machine not recorded"
 
 
 # ------------------------------------------------------------------ the headline figures
@@ -444,10 +443,8 @@ def fidelity_defects_table():
         lines.append(f"| {_cell(case)} | " + " | ".join(cells) + " |")
     stack = d["stack"]
     versions = ", ".join(f"{k} {v}" for k, v in stack["versions"].items())
-    m = d["machine"]
-    lines += ["", f"Source: `{name}`: {d['date']}, torch {m['torch']}, torch-directml "
-              f"{m['torch_directml']}, {m['cpu']} ({m['cores']} cores), {m['os']}; stack: {versions}; "
-              f"patches: {', '.join(stack['patches'])}; {d['seconds']} s."]
+    lines += ["", f"Source: {_source(name, d)}, torch-directml {d['machine']['torch_directml']}; "
+              f"stack: {versions}; patches: {', '.join(stack['patches'])}; {d['seconds']} s."]
     return "\n".join(lines)
 
 
