@@ -20,8 +20,9 @@ import torch
 from . import _backend, opaque, routing
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
 from ..dml_ops import aten_op, view_kernels
-# the upsample fixes' resampling, run here with DirectML's source tables
-from ..patches import _resample
+# the upsample fixes' resampling, run here with DirectML's source tables; the broadcast
+# copy fix's measured cases, which the emulator gets wrong as the real binary does
+from ..patches import _resample, broadcast_copy
 
 # Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
 # the device's configuration, passes it down: rules stays below _state (no cycle).
@@ -132,11 +133,9 @@ def _in_device_autocast(*_, **__):
 
 
 def _broadcast_copy(self, src, *_, **__):
-    """``self.copy_(src)`` where ``src`` broadcasts as the real 0.2.5 binary gets it wrong:
-    from the CPU with fewer elements, or on the device with fewer dimensions."""
-    if not isinstance(src, Tensor) or src.dim() == 0 or self.device.type == "cpu":
-        return False
-    return src.numel() < self.numel() if src.device.type == "cpu" else src.dim() < self.dim()
+    """``self.copy_(src)`` into the device, of a ``src`` that broadcasts as the real 0.2.5
+    binary gets it wrong (the cases the fix knows: patches/broadcast_copy.py)."""
+    return not self.is_cpu and broadcast_copy.wrong_on_device(self, src)
 
 
 def _broadcast_copy_result(self, src, *_, **__):
