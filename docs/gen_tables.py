@@ -10,6 +10,7 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
     <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
     <!-- results: fidelity defects -->        emulator vs real binary, per defect (benchmarks/fidelity.py)
+    <!-- results: fidelity routing -->        per aten overload OpInfo reaches (benchmarks/fidelity_routing.py)
     <!-- results: doctor FILE.json [FILE.json ...] --> `dmlshim doctor --json` reports, side by side
 
 Every table says where its figures come from: the file, the date, the machine and the
@@ -57,6 +58,8 @@ def _table(kind, arg, pattern=None):
         return zoo_table(arg)
     if kind == "fidelity" and arg == "defects" and pattern is None:
         return fidelity_defects_table()
+    if kind == "fidelity" and arg == "routing" and pattern is None:
+        return fidelity_routing_table()
     if kind == "doctor" and arg:
         return doctor_table([arg] + (pattern.split() if pattern else []))
     if kind in _NAMED and arg is None:
@@ -64,7 +67,7 @@ def _table(kind, arg, pattern=None):
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
                      "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', "
-                     "'fidelity defects'")
+                     "'fidelity defects', 'fidelity routing'")
 
 
 def _load(name):
@@ -446,6 +449,56 @@ def fidelity_defects_table():
     lines += ["", f"Source: {_source(name, d)}, torch-directml {d['machine']['torch_directml']}; "
               f"stack: {versions}; patches: {', '.join(stack['patches'])}; {d['seconds']} s."]
     return "\n".join(lines)
+
+
+# benchmarks/fidelity_routing.py's outcomes, in the order the table lists them
+_ROUTING_OUTCOMES = ("device", "fallback", "NotImplementedError", "error", "stack", "float64", "abort")
+
+
+def fidelity_routing_table():
+    """Per outcome on the real binary: the overloads OpInfo samples reached, how many of
+    them the routing table and the emulator agree on; then every overload where either
+    does not, with its evidence, the aborts, and the live dispatcher's check of the table."""
+    name = "fidelity-routing.json"
+    d = _load(name)
+    rows = d["rows"]
+    real = [r for r in rows if r["real"]]
+    lines = ["| on the real binary | overloads | routing table agrees | emulator agrees |", "|---|---|---|---|"]
+    for outcome in _ROUTING_OUTCOMES:
+        group = [r for r in real if r["real"]["outcome"] == outcome]
+        if not group:
+            continue
+        table = "n/a (the table routes, kernels fail)" if outcome not in ("device", "fallback", "NotImplementedError") \
+            else sum(r["table_agrees"] for r in group)
+        lines.append(f"| {outcome} | {len(group)} | {table} | {sum(r['emulator_agrees'] for r in group)} |")
+    only = [r["op"] for r in rows if not r["real"]]
+    lines.append(f"| reached on the emulated device only | {len(only)} | | |")
+    differ = [r for r in rows if not (r["table_agrees"] and r["emulator_agrees"])]
+    lines += ["", "| overload | table | real binary | emulated | why |", "|---|---|---|---|---|"]
+    for r in differ:
+        lines.append(f"| `{r['op']}` | {r['table'] or 'not in it'} | {_routing_cell(r['real'])} | "
+                     f"{_routing_cell(r['emulated'])} | {_cell(r['specific'] or '**unexplained**')} |")
+    aborts = [f"`{a['sample']}` in `{a['error']['op'] or 'moving its inputs'}` ({a['error']['message']})"
+              for a in d["aborts"]["real"]]
+    check = d["table_check"]
+    lines += ["", f"Samples: {d['samples']} per OpInfo and dtype ({', '.join(d['dtypes'])}), float64 off; "
+              f"{d['sample_counts']['real']} on the real binary, {d['sample_counts']['emulated']} on the "
+              f"emulated device. Reached on the emulated device only: {', '.join(f'`{o}`' for o in only) or 'none'}. "
+              f"Process aborts on the real binary (a new process went on after each): {'; '.join(aborts) or 'none'}.",
+              "", f"The table itself: the live dispatcher's PrivateUse1 entry of {check['checked']} overloads "
+              f"re-read on the real binary; differing: "
+              + (", ".join(f"`{k}` ({_cell(v)})" for k, v in check["differ"].items()) or "none") + ".",
+              "", f"Source: {_source(name, d)}, torch-directml {d['machine']['torch_directml']}; "
+              f"{d['seconds']['real']} s on the real binary, {d['seconds']['emulated']} s emulated."]
+    return "\n".join(lines)
+
+
+def _routing_cell(v):
+    if v is None:
+        return "not reached"
+    counts = ", ".join(f"{k} {n}" for k, n in v["counts"].items())
+    example = next(iter(v["examples"].values()), "")
+    return _cell(f"{v['outcome']} ({counts})" + (f": {example[:100]}" if example else ""))
 
 
 _NAMED = {"headline": headline_table, "no_device": no_device_table}   # markers without a file

@@ -465,3 +465,7 @@ def register(policy_fn):
         _register_direct(op)
     for op in _ops_needing_direct_kernels():
         _register_direct(op)
+    for name in opaque.STRIDED_CLONES:   # composites the real binary fails (a rule raises)
+        packet = getattr(torch.ops.aten, name)
+        for overload in packet.overloads():
+            _register_direct(getattr(packet, overload))

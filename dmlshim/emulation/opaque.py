@@ -28,6 +28,12 @@ import torch
 STORAGE_MESSAGE = "Cannot access storage of OpaqueTensorImpl"
 DATA_PTR_MESSAGE = "Cannot access data pointer of Tensor that doesn't have storage"
 RULE = "privateuseone.storage"
+# torch's composites that clone their input through clone_preserve_strides, which asserts
+# has_storage(): on the real 0.2.5 binary every call fails (benchmarks/fidelity_routing.py).
+# They decompose before PrivateUse1, so the emulator gives them a kernel to fail in.
+STRIDED_CLONES = ("slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter")
+HAS_STORAGE_ASSERT = ('self.has_storage() INTERNAL ASSERT FAILED at "../aten/src/ATen/native/'
+                      'TensorShape.cpp":3991, please report a bug to PyTorch. ')
 
 # the configured rule RULE, or None (the device has storage); _state sets it
 storage_rule = None
