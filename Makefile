@@ -102,8 +102,9 @@ test-realdml-ci:
 	$(MAKE) test-realdml REALDML_TESTS="$(REALDML_CI_TESTS)"
 
 # make demo on the real binary. The ASR half runs to the end but its text differs from the
-# CPU's today: the stack adds float32 tensors of 20 000+ elements wrong (docs/realdml.md "Open
-# on the real binary"); CI runs the VAD half (real weights), which matches the CPU.
+# CPU's today: lavapipe's JIT loses an operand of DirectML's element-wise shader on 64 KiB+
+# tensors (docs/realdml.md "Stack artifacts"); CI runs the VAD half (real weights), which
+# matches the CPU.
 demo-realdml: demo-realdml-vad
 	$(REALDML_RUN) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
 
