@@ -17,8 +17,12 @@
    Also at 80 steps (~5 s of audio at Paraformer's 60 ms frames), where the weight
    copies weigh more against the LSTM's own compute.
 
-Run: ``python benchmarks/shim_overhead.py [--quick] [--json PATH] [--threads N]`` (the JSON goes to
-``benchmarks/results/shim_overhead-torch<version>.json`` by default).
+With ``--device directml`` the same runs on the real torch-directml 0.2.5 (under
+``python -m dmlshim realdml run --``, docs/realdml.md): lavapipe is a CPU, so only the ratios
+mean something there, and its JSON is ``shim_overhead-realdml.json``.
+
+Run: ``python benchmarks/shim_overhead.py [--quick] [--json PATH] [--threads N] [--device D]``
+(the JSON goes to ``benchmarks/results/shim_overhead-torch<version>.json`` by default).
 """
 import os
 import sys
@@ -203,16 +207,31 @@ def main():
     parser = timing.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: stable ratios on a shared machine)")
+    parser.add_argument("--device", choices=("emulated", "directml"), default="emulated",
+                        help="the emulated device (default) or the real torch-directml")
     args = parser.parse_args()
-    timing.default_json(args, "shim_overhead")
     torch.set_num_threads(args.threads)
-    dev = emulation.install()
+    if args.device == "directml":
+        import torch_directml
+        dev = torch_directml.device()
+        if args.json is None and not args.quick:
+            args.json = timing.results_path("shim_overhead-realdml.json")
+        extra = {**timing.emulated_extra(), "device": "torch-directml "
+                 + _version("torch-directml") + " on the realdml stack (lavapipe, a CPU)"}
+    else:
+        timing.default_json(args, "shim_overhead")
+        dev, extra = emulation.install(), timing.emulated_extra()
     rows = pass_through(dev, args.quick) + decision_cost(dev, args.quick)
     # 750 steps: FunASR's size (45 s of audio at Paraformer's 60 ms frames); 80 steps: ~5 s
     for steps in ((150, 40) if args.quick else (750, 80)):
         rows += lstm(dev, args.quick, steps)
     rows += lstm_training(dev, args.quick)
-    timing.finish(args, "shim_overhead", rows, timing.emulated_extra())
+    timing.finish(args, "shim_overhead", rows, extra)
+
+
+def _version(dist):
+    from importlib.metadata import version
+    return version(dist)
 
 
 if __name__ == "__main__":
