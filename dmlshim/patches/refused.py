@@ -1,39 +1,20 @@
 """Calls the real torch-directml 0.2.5 binary refuses, run on the CPU however they are reached.
 
-Measured with OpInfo's samples under ``realdml run`` (docs/realdml.md, "Open on the real
-binary"): the kernels below raise for some inputs where the CPU computes an answer.
-``fallback="auto"`` retries such a call on the CPU when it comes through a Python entry
-point, but a reference taken before ``activate()`` (OpInfo's, a library's ``from torch
-import mm``), a C++ composite (``F.linear`` -> ``addmm``, ``conv3d`` -> ``convolution``,
-``one_hot`` -> ``scatter_``) or TorchScript reaches the kernel without passing through one.
-So each of these overloads gets a BackendSelect kernel (``_select.py``) that calls the
-device and, on a DirectML-class error (:func:`dmlshim.errors.classify`), runs the same
-call on the CPU (results back on the device).  A try, not a test of the inputs: the
-conditions are only partly known (a transposed convolution fails for some strides,
-groups and dilations and not others), and a retry costs nothing where the device works.
-
-Groups, one ``Defect`` each (``dmlshim.observed``), switched on by its probe:
-
-* ``storage_scatter``: ``diagonal_scatter``, ``select_scatter``, ``slice_scatter``,
-  ``as_strided_scatter`` always fail (``self.has_storage() INTERNAL ASSERT FAILED``: torch's
-  composite clones with ``clone_preserve_strides``, which reads the storage an opaque
-  DirectML tensor does not have), so they go to the CPU without a try;
-* ``conv_refused``: ``convolution`` of a 5-D input ("input must be 4-dimensional"), of
-  integer tensors and some transposed, grouped, dilated ones (E_INVALIDARG);
-* ``avg_pool_refused``: ``avg_pool2d/3d`` with ``divisor_override`` ("Divisor override isn't
-  supported for DirectML.") or integer input (E_INVALIDARG);
-* ``zero_size_refused``: ``mm``/``addmm`` with a zero-size operand, ``index_select`` of a
-  0-dim tensor (E_INVALIDARG), ``_adaptive_avg_pool2d`` of an empty batch (torch's own
-  check, stricter on this backend than on the CPU);
-* ``int_math_refused``: ``log10``, ``log2``, ``isnan``, ``isinf`` (E_INVALIDARG) and ``sinc``
-  (``CreateOperator``) of integer or bool tensors;
-* ``scatter_partial``: ``scatter``/``scatter_add`` whose index is smaller than ``self`` in
-  a dimension other than ``dim`` ("DirectML scatter doesn't allow partially modified
-  dimensions").
-
-``gather`` with an empty index and ``repeat`` of an empty tensor fail too (E_INVALIDARG);
-their overloads hold the ``gather`` and ``repeat`` patches' kernels, so they are not here.
-Docs: docs/defects.md ("Seen on the real binary").
+Measured with OpInfo's samples under ``realdml run``: the overloads of :data:`GROUPS`
+raise for some inputs where the CPU computes an answer (one ``Defect`` per group in
+``dmlshim.observed``, switched on by its probe; the cases: docs/defects.md, "Seen on the
+real binary: refused calls").  ``fallback="auto"`` retries such a call when it comes
+through a Python entry point, but a reference bound before ``activate()`` (OpInfo's), a
+C++ composite (``F.linear`` -> ``addmm``, ``one_hot`` -> ``scatter_``) or TorchScript
+reaches the kernel without one.  So each overload gets a BackendSelect kernel
+(``_select.py``): the device first and, on a DirectML-class error
+(:func:`dmlshim.errors.classify`), the same call on the CPU, its result back on the
+device.  A try, not a test of the inputs: the conditions are only partly known (some
+transposed convolutions fail, others with the same dtype do not), and a try costs nothing
+where the device works.  The ``*_scatter`` ops always fail (torch's composite clones
+through the storage an opaque DirectML tensor lacks), so they go to the CPU without one.
+``gather`` with an empty index and ``repeat`` of an empty tensor fail too, but their
+overloads hold the ``gather`` and ``repeat`` patches' kernels.
 """
 from __future__ import annotations
 

@@ -1,0 +1,99 @@
+"""The emulator's rules for the calls the real torch-directml 0.2.5 binary refuses.
+
+Measured with OpInfo's samples under ``realdml run`` (docs/realdml.md); fixed by
+``dmlshim.patches.refused`` (its docstring lists the groups), probed by the defects of
+``dmlshim.observed``.  Each rule raises the real binary's error where the measured
+samples failed; E_INVALIDARG is raised with Windows' text ("The parameter is
+incorrect."), which the real binary renders as ``Unknown error -2147024809`` on Linux.
+Not modelled: the ``*_scatter`` ops' ``has_storage()`` assert (``storage_scatter``: torch's
+CompositeExplicitAutograd kernel decomposes them into ``clone``, a view and ``copy_``
+before the emulated backend sees a call, and the emulated tensors have storage, so no
+rule can watch them; the fix is tested on the real device); which transposed
+convolutions fail (seen for stride 3, groups 2, dilation 4, output_padding 2; the
+conditions are not isolated); ``gather`` with an empty index and ``repeat`` of an empty
+tensor (their overloads hold other patches' kernels).
+"""
+from __future__ import annotations
+
+import torch
+
+from .rules import Rule
+
+SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no public report: {}"
+DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
+SCATTER_MESSAGE = ("DirectML scatter doesn't allow partially modified dimensions. Please update the "
+                   "dimension so that the indices and input only differ in the provided dimension.")
+CREATE_OPERATOR = "m_device->CreateOperator(&opDesc, IID_PPV_ARGS(&op))"
+
+
+def _integer(self, *_, **__):
+    """An integer or bool tensor (DirectML's kernel takes float16/float32)."""
+    return not self.is_floating_point() and not self.is_complex()
+
+
+def _five_dims(input, *_, **__):
+    return input.dim() == 5
+
+
+def _integer_input(input, *_, **__):
+    """Integers: bool has its own rule (rules.default_rules, E_INVALIDARG too)."""
+    return _integer(input) and input.dtype != torch.bool
+
+
+def _divisor_override(self, kernel_size, stride=(), padding=0, ceil_mode=False,
+                      count_include_pad=True, divisor_override=None, **_):
+    return divisor_override is not None
+
+
+def _mm_zero_size(self, mat2, **_):
+    return self.numel() == 0 or mat2.numel() == 0
+
+
+def _addmm_zero_size(self, mat1, mat2, *_, **__):
+    return mat1.numel() == 0 or mat2.numel() == 0
+
+
+def _zero_dim(self, *_, **__):
+    return self.dim() == 0
+
+
+def _empty_batch(self, *_, **__):
+    return self.dim() == 4 and self.size(0) == 0
+
+
+def _empty_batch_message(self, *_, **__):
+    return (f"adaptive_avg_pooling2d(): expected input to have non-empty spatial dimensions, but "
+            f"input has sizes {list(self.shape)} with dimension 0 being empty")
+
+
+def _partial(self, dim, index, *_, **__):
+    """The index differs from ``self`` in a dimension other than ``dim``; a negative
+    ``dim`` is compared as given (``one_hot``'s ``scatter_(-1, ...)`` of a 1-D result fails)."""
+    return index.dim() == self.dim() and any(
+        index.size(d) != self.size(d) for d in range(self.dim()) if d != dim)
+
+
+def refused_rules():
+    """One rule per refused call (part of ``rules.observed_rules``)."""
+    return [
+        Rule("convolution_overrideable", when=_five_dims, message="input must be 4-dimensional",
+             source=SOURCE.format("conv3d / conv_transpose3d")),
+        Rule("convolution_overrideable", when=_integer_input,
+             source=SOURCE.format("int64 convolution (E_INVALIDARG)")),
+        Rule(("avg_pool2d", "avg_pool3d"), when=_divisor_override, message=DIVISOR_MESSAGE,
+             source=SOURCE.format("avg_pool with divisor_override")),
+        Rule(("avg_pool2d", "avg_pool3d"), when=_integer,
+             source=SOURCE.format("int64 avg_pool (E_INVALIDARG)")),
+        Rule("mm", when=_mm_zero_size, source=SOURCE.format("mm with a zero-size operand (E_INVALIDARG)")),
+        Rule("addmm", when=_addmm_zero_size,
+             source=SOURCE.format("addmm with a zero-size operand, F.linear of an empty batch (E_INVALIDARG)")),
+        Rule("index_select", when=_zero_dim, source=SOURCE.format("index_select of a 0-dim tensor (E_INVALIDARG)")),
+        Rule("_adaptive_avg_pool2d", when=_empty_batch, message=_empty_batch_message,
+             source=SOURCE.format("adaptive_avg_pool of an empty batch (torch's check)")),
+        Rule(("log10", "log2", "isnan", "isinf"), when=_integer,
+             source=SOURCE.format("of integer or bool tensors (E_INVALIDARG)")),
+        Rule("sinc", when=_integer, message=CREATE_OPERATOR,
+             source=SOURCE.format("sinc of integer or bool tensors")),
+        Rule(("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partial, message=SCATTER_MESSAGE,
+             source=SOURCE.format("scatter with an index smaller than self outside dim")),
+    ]
