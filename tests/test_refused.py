@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import dmlshim
 from dmlshim import emulation, observed, probing
-from dmlshim.emulation import rules, rules_refused
+from dmlshim.emulation import rules
 from dmlshim.patches import refused
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
@@ -76,7 +76,7 @@ REPROS = {"storage_scatter": _storage_scatter, "conv_refused": _conv_refused,
           "avg_pool_refused": _avg_pool_refused, "zero_size_refused": _zero_size_refused,
           "int_math_refused": _int_math_refused, "scatter_partial": _scatter_partial}
 MODELLED = sorted(set(REPROS) - {"storage_scatter"})
-# defect -> the default rules that produce it (rules_refused.refused_rules, by op)
+# defect -> the default rules that produce it (emulation/rules_refused.py, by op)
 RULE_OPS = {"conv_refused": ("convolution_overrideable",),
             "avg_pool_refused": (("avg_pool2d", "avg_pool3d"),),
             "zero_size_refused": ("mm", "addmm", "index_select", "_adaptive_avg_pool2d"),
@@ -85,7 +85,7 @@ RULE_OPS = {"conv_refused": ("convolution_overrideable",),
 
 
 def _rules_of(name):
-    return [r for r in rules_refused.refused_rules() if r.op in RULE_OPS[name]]
+    return [r for r in rules.observed_rules() if r.op in RULE_OPS[name] and "OpInfo samples" in r.source]
 
 
 @pytest.mark.parametrize("name", sorted(REPROS))

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Tuple, Union
 
 import torch
 
-from . import _backend, opaque, routing
+from . import _backend, opaque, routing, rules_refused
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
 from ..dml_ops import aten_op, view_kernels
 # the upsample fixes' resampling, run here with DirectML's source tables; the broadcast
@@ -535,7 +535,6 @@ def _empty_without_index(size, *, dtype=None, layout=None, device=None, pin_memo
 def observed_rules():
     """What the real torch-directml 0.2.5 binary gets wrong and no other rule models
     (``dmlshim.observed``; part of :func:`default_rules`)."""
-    from . import rules_refused       # it imports Rule from here
     source = "failure_modes.md {}; the real torch-directml 0.2.5 binary{}"
     return [
         Rule("upsample_bilinear2d", when=_half_pixel, replace=_dml_upsample("linear"),
@@ -560,7 +559,7 @@ def observed_rules():
              source=source.format("none", ": x.new() and x.new(size) on 'privateuseone', "
                                           "without x's index (legacy constructors ask empty for "
                                           "Device(PrivateUse1); the kernel keeps it)")),
-        *rules_refused.refused_rules(),
+        *(Rule(**case) for case in rules_refused.refused_cases()),
     ]
 
 

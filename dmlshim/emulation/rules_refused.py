@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from .rules import Rule
-
 SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no public report: {}"
 DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
 SCATTER_MESSAGE = ("DirectML scatter doesn't allow partially modified dimensions. Please update the "
@@ -73,27 +71,28 @@ def _partial(self, dim, index, *_, **__):
         index.size(d) != self.size(d) for d in range(self.dim()) if d != dim)
 
 
-def refused_rules():
-    """One rule per refused call (part of ``rules.observed_rules``)."""
+def refused_cases():
+    """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
+    (this module stays below ``rules``)."""
     return [
-        Rule("convolution_overrideable", when=_five_dims, message="input must be 4-dimensional",
+        dict(op="convolution_overrideable", when=_five_dims, message="input must be 4-dimensional",
              source=SOURCE.format("conv3d / conv_transpose3d")),
-        Rule("convolution_overrideable", when=_integer_input,
+        dict(op="convolution_overrideable", when=_integer_input,
              source=SOURCE.format("int64 convolution (E_INVALIDARG)")),
-        Rule(("avg_pool2d", "avg_pool3d"), when=_divisor_override, message=DIVISOR_MESSAGE,
+        dict(op=("avg_pool2d", "avg_pool3d"), when=_divisor_override, message=DIVISOR_MESSAGE,
              source=SOURCE.format("avg_pool with divisor_override")),
-        Rule(("avg_pool2d", "avg_pool3d"), when=_integer,
+        dict(op=("avg_pool2d", "avg_pool3d"), when=_integer,
              source=SOURCE.format("int64 avg_pool (E_INVALIDARG)")),
-        Rule("mm", when=_mm_zero_size, source=SOURCE.format("mm with a zero-size operand (E_INVALIDARG)")),
-        Rule("addmm", when=_addmm_zero_size,
+        dict(op="mm", when=_mm_zero_size, source=SOURCE.format("mm with a zero-size operand (E_INVALIDARG)")),
+        dict(op="addmm", when=_addmm_zero_size,
              source=SOURCE.format("addmm with a zero-size operand, F.linear of an empty batch (E_INVALIDARG)")),
-        Rule("index_select", when=_zero_dim, source=SOURCE.format("index_select of a 0-dim tensor (E_INVALIDARG)")),
-        Rule("_adaptive_avg_pool2d", when=_empty_batch, message=_empty_batch_message,
+        dict(op="index_select", when=_zero_dim, source=SOURCE.format("index_select of a 0-dim tensor (E_INVALIDARG)")),
+        dict(op="_adaptive_avg_pool2d", when=_empty_batch, message=_empty_batch_message,
              source=SOURCE.format("adaptive_avg_pool of an empty batch (torch's check)")),
-        Rule(("log10", "log2", "isnan", "isinf"), when=_integer,
+        dict(op=("log10", "log2", "isnan", "isinf"), when=_integer,
              source=SOURCE.format("of integer or bool tensors (E_INVALIDARG)")),
-        Rule("sinc", when=_integer, message=CREATE_OPERATOR,
+        dict(op="sinc", when=_integer, message=CREATE_OPERATOR,
              source=SOURCE.format("sinc of integer or bool tensors")),
-        Rule(("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partial, message=SCATTER_MESSAGE,
+        dict(op=("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partial, message=SCATTER_MESSAGE,
              source=SOURCE.format("scatter with an index smaller than self outside dim")),
     ]
