@@ -72,6 +72,11 @@ def _scatter_partial(device):
     return torch.zeros(3, 2).to(device).scatter_add(1, index, torch.ones(2, 2).to(device))
 
 
+def _fallback_out(device):
+    """`torch.eye(3)` made on the device."""
+    return torch.eye(3, device=device)
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -110,4 +115,7 @@ OBSERVED: Tuple[Defect, ...] = (
            "scatter/scatter_add with an index smaller than self outside dim: 'DirectML scatter "
            "doesn't allow partially modified dimensions'", _probe(_scatter_partial),
            ("refused:scatter_partial",)),
+    Defect("fallback_out", "none", _REFUSED,
+           "eye, kthvalue, median/nanmedian(dim), linalg.lstsq return shape [0]: the CPU fallback "
+           "does not grow their empty out= (silent)", _probe(_fallback_out), ("fallback_out",)),
 )

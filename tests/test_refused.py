@@ -1,4 +1,5 @@
-"""Calls the real torch-directml 0.2.5 binary refuses (dmlshim.patches.refused), both ways.
+"""Calls the real torch-directml 0.2.5 binary refuses (dmlshim.patches.refused), and the
+empty results of its CPU fallback's ``out=`` (patches/fallback_out.py), both ways.
 
 Each group's repro calls the op as OpInfo does, through a reference taken before
 ``activate()`` (so ``fallback="auto"``'s Python wrappers never see it) and through a C++
@@ -13,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import emulation, observed, probing
-from dmlshim.emulation import rules
+from dmlshim import emulation, observed, patches, probing
+from dmlshim.emulation import rules, rules_refused
 from dmlshim.patches import refused
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
@@ -72,16 +73,29 @@ def _scatter_partial(d):
             inplace, F.one_hot(torch.tensor(2).to(d), 5))
 
 
-REPROS = {"storage_scatter": _storage_scatter, "conv_refused": _conv_refused,
+def _fallback_out(d):
+    """torch's composites over torch-directml's CPU fallback with an ``out=``."""
+    x = _ramp(5, 4) % 7
+    return (torch.eye(3, 2, device=d), torch.eye(0, device=d), torch.kthvalue(x.to(d), 2, 1),
+            torch.median(x.to(d), 0), torch.nanmedian(x.to(d), 1, keepdim=True),
+            torch.eye(2, out=torch.empty(0, device=d)))
+
+
+REPROS = {"fallback_out": _fallback_out, "storage_scatter": _storage_scatter, "conv_refused": _conv_refused,
           "avg_pool_refused": _avg_pool_refused, "zero_size_refused": _zero_size_refused,
           "int_math_refused": _int_math_refused, "scatter_partial": _scatter_partial}
 MODELLED = sorted(set(REPROS) - {"storage_scatter"})
 # defect -> the default rules that produce it (emulation/rules_refused.py, by op)
-RULE_OPS = {"conv_refused": ("convolution_overrideable",),
+RULE_OPS = {"fallback_out": (rules_refused.FALLBACK_OUT_OPS,),
+            "conv_refused": ("convolution_overrideable",),
             "avg_pool_refused": (("avg_pool2d", "avg_pool3d"),),
             "zero_size_refused": ("mm", "addmm", "index_select", "_adaptive_avg_pool2d"),
             "int_math_refused": (("log10", "log2", "isnan", "isinf"), "sinc"),
             "scatter_partial": (("scatter", "scatter_", "scatter_add", "scatter_add_"),)}
+
+
+def _fixed(name):
+    return "fallback_out" in patches.installed() if name == "fallback_out" else name in refused.installed()
 
 
 def _rules_of(name):
@@ -93,7 +107,7 @@ def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
     dmlshim.activate(fallback="known")
     if probing.last().status[name] != probing.DETECTED:
         pytest.skip(f"{name} is not detected on this device")       # storage_scatter, emulated
-    assert name in refused.installed()
+    assert _fixed(name)
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
 
 
@@ -102,20 +116,26 @@ def test_probes_pass_on_the_cpu():
 
 
 def test_every_group_has_its_defect():
-    assert {f for n in REPROS for f in DEFECTS[n].fixes} == {refused.fix_name(g) for g in refused.GROUPS}
+    assert {f for n in REPROS for f in DEFECTS[n].fixes} == {refused.fix_name(g) for g in refused.GROUPS} | {
+        "fallback_out"}
 
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("name", MODELLED)
-def test_rule_on_raises_raw_and_is_fixed(dml_device, shim_off, name, assert_parity):
+def test_rule_on_fails_raw_and_is_fixed(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=_rules_of(name))
     verdict = DEFECTS[name].probe(dml_device)
-    assert verdict.broken and verdict.figure.startswith("RuntimeError: ")
-    with pytest.raises(RuntimeError):
-        REPROS[name](dml_device)
+    assert verdict.broken
+    if name == "fallback_out":
+        assert verdict.figure == "shape [0], CPU [3, 3]"
+        assert REPROS[name](dml_device)[0].shape == (0,)                  # silent: empty
+    else:
+        assert verdict.figure.startswith("RuntimeError: ")
+        with pytest.raises(RuntimeError):
+            REPROS[name](dml_device)
     dmlshim.activate(fallback="known")
     assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == [name]
-    assert refused.installed() == [name]
+    assert _fixed(name) and refused.installed() == ([] if name == "fallback_out" else [name])
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
     assert DEFECTS[name].probe(dml_device).broken                       # probes see the raw device
 
@@ -126,7 +146,7 @@ def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_par
     emulation.configure(rules=[r for r in rules.default_rules() if r not in _rules_of(name)])
     dmlshim.activate(fallback="known")
     assert probing.last().status[name] == probing.NOT_DETECTED
-    assert name not in refused.installed()
+    assert not _fixed(name)
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
 
 

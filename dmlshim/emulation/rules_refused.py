@@ -1,4 +1,5 @@
-"""The emulator's rules for the calls the real torch-directml 0.2.5 binary refuses.
+"""The emulator's rules for the calls the real torch-directml 0.2.5 binary refuses, and
+for the empty results of its CPU fallback's ``out=`` (``patches/fallback_out.py``).
 
 Measured with OpInfo's samples under ``realdml run`` (docs/realdml.md); fixed by
 ``dmlshim.patches.refused`` (its docstring lists the groups), probed by the defects of
@@ -71,6 +72,25 @@ def _partial(self, dim, index, *_, **__):
         index.size(d) != self.size(d) for d in range(self.dim()) if d != dim)
 
 
+FALLBACK_OUT_OPS = ("eye.out", "eye.m_out", "kthvalue.values", "median.dim_values",
+                    "nanmedian.dim_values", "linalg_lstsq.out")
+
+
+def _outs(kwargs):
+    return [v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k in
+            ("out", "values", "indices", "solution", "residuals", "rank", "singular_values")]
+
+
+def _empty_out(*_, **kwargs):
+    """torch's composites pass an empty ``out``; the CPU fallback leaves it so."""
+    return any(o.numel() == 0 for o in _outs(kwargs))
+
+
+def _outs_unchanged(*_, **kwargs):
+    outs = _outs(kwargs)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -95,4 +115,7 @@ def refused_cases():
              source=SOURCE.format("sinc of integer or bool tensors")),
         dict(op=("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partial, message=SCATTER_MESSAGE,
              source=SOURCE.format("scatter with an index smaller than self outside dim")),
+        dict(op=FALLBACK_OUT_OPS, when=_empty_out, replace=_outs_unchanged,
+             source=SOURCE.format("torch-directml's CPU fallback does not grow an empty out= "
+                                  "(eye, kthvalue, median(dim) ... return shape [0]; silent)")),
     ]

@@ -124,6 +124,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "
                      "divisor_override, zero-size mm/addmm, integer log2/isnan/sinc, partial scatter, "
                      "the *_scatter ops): retried on the CPU at BackendSelect, however reached"),
+    Patch("fallback_out", "eye, kthvalue, median/nanmedian(dim), linalg.lstsq come back empty: torch-"
+                          "directml's CPU fallback does not grow their empty out= (measured on the real "
+                          "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
 )
 
 _lock = threading.RLock()
