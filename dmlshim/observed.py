@@ -77,12 +77,6 @@ def _fallback_out(device):
     return torch.eye(3, device=device)
 
 
-def _masked_select(device):
-    """`masked_select` of a 3-element ramp with a 2x3 mask."""
-    mask = torch.tensor([[True, False, True], [False, True, True]]).to(device)
-    return torch.masked_select(torch.arange(3.0).to(device), mask)
-
-
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -124,7 +118,4 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("fallback_out", "none", _REFUSED,
            "eye, kthvalue, median/nanmedian(dim), linalg.lstsq return shape [0]: the CPU fallback "
            "does not grow their empty out= (silent)", _probe(_fallback_out), ("fallback_out",)),
-    Defect("masked_select_broadcast", "none", _REFUSED,
-           "masked_select with an input smaller than its mask: too few values (silent)",
-           _probe(_masked_select), ("masked_select",)),
 )

@@ -6,8 +6,8 @@ Each group's repro calls the op as OpInfo does, through a reference taken before
 composite where the measured sample did (``F.linear``, ``F.one_hot``).  Without dmlshim the
 emulator's rule (``emulation/rules_refused.py``) raises the real binary's error; with it
 the result equals the CPU's.  The tests without the marker run on the real device too
-(``DMLSHIM_TEST_DEVICE=directml``), where ``storage_scatter`` and ``masked_select_broadcast``
-are detected as well (the emulator does not model them: rules_refused.py says why).
+(``DMLSHIM_TEST_DEVICE=directml``), where ``storage_scatter`` is detected as well (the
+emulator cannot model it: rules_refused.py says why).
 """
 import pytest
 import torch
@@ -81,20 +81,10 @@ def _fallback_out(d):
             torch.eye(2, out=torch.empty(0, device=d)))
 
 
-def _masked_select(d):
-    """An input smaller than its mask (silent on the real binary: too few values), one the
-    mask broadcasts to, and a same-shape pair."""
-    mask = torch.tensor([[True, False, True], [False, True, True]])
-    y = _ramp(2, 3)
-    return (torch.masked_select(_ramp(3).to(d), mask.to(d)),
-            torch.masked_select(_ramp(4, 2, 3).to(d), mask.to(d)),
-            torch.masked_select(y.to(d), mask[0].to(d)), torch.masked_select(y.to(d), (y > 2).to(d)))
-
-
-REPROS = {"masked_select_broadcast": _masked_select, "fallback_out": _fallback_out, "storage_scatter": _storage_scatter, "conv_refused": _conv_refused,
+REPROS = {"fallback_out": _fallback_out, "storage_scatter": _storage_scatter, "conv_refused": _conv_refused,
           "avg_pool_refused": _avg_pool_refused, "zero_size_refused": _zero_size_refused,
           "int_math_refused": _int_math_refused, "scatter_partial": _scatter_partial}
-MODELLED = sorted(set(REPROS) - {"storage_scatter", "masked_select_broadcast"})    # not modelled
+MODELLED = sorted(set(REPROS) - {"storage_scatter"})
 # defect -> the default rules that produce it (emulation/rules_refused.py, by op)
 RULE_OPS = {"fallback_out": (rules_refused.FALLBACK_OUT_OPS,),
             "conv_refused": ("convolution_overrideable",),
@@ -104,11 +94,8 @@ RULE_OPS = {"fallback_out": (rules_refused.FALLBACK_OUT_OPS,),
             "scatter_partial": (("scatter", "scatter_", "scatter_add", "scatter_add_"),)}
 
 
-PATCH = {"fallback_out": "fallback_out", "masked_select_broadcast": "masked_select"}
-
-
 def _fixed(name):
-    return PATCH[name] in patches.installed() if name in PATCH else name in refused.installed()
+    return "fallback_out" in patches.installed() if name == "fallback_out" else name in refused.installed()
 
 
 def _rules_of(name):
@@ -119,7 +106,7 @@ def _rules_of(name):
 def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
     dmlshim.activate(fallback="known")
     if probing.last().status[name] != probing.DETECTED:
-        pytest.skip(f"{name} is not detected on this device")       # not modelled, emulated
+        pytest.skip(f"{name} is not detected on this device")       # storage_scatter, emulated
     assert _fixed(name)
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
 
@@ -130,7 +117,7 @@ def test_probes_pass_on_the_cpu():
 
 def test_every_group_has_its_defect():
     assert {f for n in REPROS for f in DEFECTS[n].fixes} == {refused.fix_name(g) for g in refused.GROUPS} | {
-        "fallback_out", "masked_select"}
+        "fallback_out"}
 
 
 @pytest.mark.emulated_only

@@ -12,8 +12,7 @@ before the emulated backend sees a call, and the emulated tensors have storage, 
 rule can watch them; the fix is tested on the real device); which transposed
 convolutions fail (seen for stride 3, groups 2, dilation 4, output_padding 2; the
 conditions are not isolated); ``gather`` with an empty index and ``repeat`` of an empty
-tensor (their overloads hold other patches' kernels); ``masked_select`` with an input smaller
-than its mask (``patches/masked_select.py``: its wrong answer follows no law found yet).
+tensor (their overloads hold other patches' kernels).
 """
 from __future__ import annotations
 

@@ -127,8 +127,6 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("fallback_out", "eye, kthvalue, median/nanmedian(dim), linalg.lstsq come back empty: torch-"
                           "directml's CPU fallback does not grow their empty out= (measured on the real "
                           "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
-    Patch("masked_select", "masked_select with an input smaller than its mask gives too few values "
-                           "(measured on the real 0.2.5 binary): the input expanded first, on the device"),
 )
 
 _lock = threading.RLock()
