@@ -77,6 +77,12 @@ def _fallback_out(device):
     return torch.eye(3, device=device)
 
 
+def _max_pool_ceil(device):
+    """`max_pool2d` of a 1x1x3x6 ramp, kernel 3, stride 2, `ceil_mode=True`."""
+    return torch.nn.functional.max_pool2d(torch.arange(18.0).view(1, 1, 3, 6).to(device), 3, 2,
+                                          ceil_mode=True)
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -118,4 +124,7 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("fallback_out", "none", _REFUSED,
            "eye, kthvalue, median/nanmedian(dim), linalg.lstsq return shape [0]: the CPU fallback "
            "does not grow their empty out= (silent)", _probe(_fallback_out), ("fallback_out",)),
+    Defect("max_pool_ceil", "none", _REFUSED,
+           "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
+           "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),
 )

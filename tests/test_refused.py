@@ -1,5 +1,6 @@
-"""Calls the real torch-directml 0.2.5 binary refuses (dmlshim.patches.refused), and the
-empty results of its CPU fallback's ``out=`` (patches/fallback_out.py), both ways.
+"""Calls the real torch-directml 0.2.5 binary refuses (dmlshim.patches.refused), the empty
+results of its CPU fallback's ``out=`` (patches/fallback_out.py) and ``max_pool2d``'s
+``ceil_mode`` (patches/max_pool_ceil.py), both ways.
 
 Each group's repro calls the op as OpInfo does, through a reference taken before
 ``activate()`` (so ``fallback="auto"``'s Python wrappers never see it) and through a C++
@@ -81,12 +82,23 @@ def _fallback_out(d):
             torch.eye(2, out=torch.empty(0, device=d)))
 
 
-REPROS = {"fallback_out": _fallback_out, "storage_scatter": _storage_scatter, "conv_refused": _conv_refused,
+def _max_pool_ceil(d):
+    """``ceil_mode=True`` 2-D and 1-D pools with indices, without, and the gradient."""
+    x = (_ramp(1, 2, 3, 6) * 7 % 11).to(d).requires_grad_()
+    y, i = F.max_pool2d(x, 3, 2, ceil_mode=True, return_indices=True)
+    y.backward(torch.linspace(-1, 1, y.numel()).view(y.shape).to(d))
+    line = (_ramp(1, 2, 3) * 5 % 7).to(d)
+    return (y.detach(), i, x.grad, F.max_pool2d(x.detach(), 3, 2, ceil_mode=True, dilation=(1, 2)),
+            *F.max_pool1d(line, 3, 2, ceil_mode=True, return_indices=True),
+            F.max_pool2d(x.detach(), 3, 2))                                   # floor mode: device
+
+
+REPROS = {"max_pool_ceil": _max_pool_ceil, "fallback_out": _fallback_out, "storage_scatter": _storage_scatter, "conv_refused": _conv_refused,
           "avg_pool_refused": _avg_pool_refused, "zero_size_refused": _zero_size_refused,
           "int_math_refused": _int_math_refused, "scatter_partial": _scatter_partial}
 MODELLED = sorted(set(REPROS) - {"storage_scatter"})
 # defect -> the default rules that produce it (emulation/rules_refused.py, by op)
-RULE_OPS = {"fallback_out": (rules_refused.FALLBACK_OUT_OPS,),
+RULE_OPS = {"fallback_out": (rules_refused.FALLBACK_OUT_OPS,), "max_pool_ceil": ("max_pool2d_with_indices",),
             "conv_refused": ("convolution_overrideable",),
             "avg_pool_refused": (("avg_pool2d", "avg_pool3d"),),
             "zero_size_refused": ("mm", "addmm", "index_select", "_adaptive_avg_pool2d"),
@@ -94,8 +106,11 @@ RULE_OPS = {"fallback_out": (rules_refused.FALLBACK_OUT_OPS,),
             "scatter_partial": (("scatter", "scatter_", "scatter_add", "scatter_add_"),)}
 
 
+PATCH = {"fallback_out": "fallback_out", "max_pool_ceil": "max_pool_ceil"}     # else refused's group
+
+
 def _fixed(name):
-    return "fallback_out" in patches.installed() if name == "fallback_out" else name in refused.installed()
+    return PATCH[name] in patches.installed() if name in PATCH else name in refused.installed()
 
 
 def _rules_of(name):
@@ -117,25 +132,29 @@ def test_probes_pass_on_the_cpu():
 
 def test_every_group_has_its_defect():
     assert {f for n in REPROS for f in DEFECTS[n].fixes} == {refused.fix_name(g) for g in refused.GROUPS} | {
-        "fallback_out"}
+        "fallback_out", "max_pool_ceil"}
 
 
 @pytest.mark.emulated_only
 @pytest.mark.parametrize("name", MODELLED)
-def test_rule_on_fails_raw_and_is_fixed(dml_device, shim_off, name, assert_parity):
+def test_rule_on_fails_raw_and_is_fixed(dml_device, shim_off, name, assert_parity, assert_differs):
     emulation.configure(rules=_rules_of(name))
     verdict = DEFECTS[name].probe(dml_device)
     assert verdict.broken
     if name == "fallback_out":
         assert verdict.figure == "shape [0], CPU [3, 3]"
         assert REPROS[name](dml_device)[0].shape == (0,)                  # silent: empty
+    elif name == "max_pool_ceil":
+        assert verdict.figure == "shape [1, 1, 1, 2], CPU [1, 1, 1, 3]"
+        x = _ramp(1, 1, 3, 6)
+        assert_differs(F.max_pool2d(x.to(dml_device), 3, 2, ceil_mode=True), F.max_pool2d(x, 3, 2, ceil_mode=True))
     else:
         assert verdict.figure.startswith("RuntimeError: ")
         with pytest.raises(RuntimeError):
             REPROS[name](dml_device)
     dmlshim.activate(fallback="known")
     assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == [name]
-    assert _fixed(name) and refused.installed() == ([] if name == "fallback_out" else [name])
+    assert _fixed(name) and refused.installed() == ([] if name in PATCH else [name])
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
     assert DEFECTS[name].probe(dml_device).broken                       # probes see the raw device
 

@@ -1,5 +1,6 @@
-"""The emulator's rules for the calls the real torch-directml 0.2.5 binary refuses, and
-for the empty results of its CPU fallback's ``out=`` (``patches/fallback_out.py``).
+"""The emulator's rules for the calls the real torch-directml 0.2.5 binary refuses, for
+the empty results of its CPU fallback's ``out=`` (``patches/fallback_out.py``) and for
+``max_pool2d``'s ``ceil_mode`` (``patches/max_pool_ceil.py``).
 
 Measured with OpInfo's samples under ``realdml run`` (docs/realdml.md); fixed by
 ``dmlshim.patches.refused`` (its docstring lists the groups), probed by the defects of
@@ -17,6 +18,8 @@ tensor (their overloads hold other patches' kernels).
 from __future__ import annotations
 
 import torch
+
+from . import _backend
 
 SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no public report: {}"
 DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
@@ -91,6 +94,23 @@ def _outs_unchanged(*_, **kwargs):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+def _ceil_mode(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, **_):
+    return ceil_mode
+
+
+def _floor_mode(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False,
+                out=None, indices=None):
+    """The real binary's 2-D answer: ceil_mode ignored (its 1-D indices and the backward are
+    wrong in ways not modelled); into ``out``/``indices`` when given (the ``.out`` overload)."""
+    result = _backend.run_on_cpu(torch.ops.aten.max_pool2d_with_indices.default,
+                                 (self, kernel_size, stride, padding, dilation, False), {})
+    if out is None:
+        return result
+    for into, value in zip((out, indices), result):
+        into.resize_(value.shape).copy_(value)
+    return out, indices
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -115,6 +135,9 @@ def refused_cases():
              source=SOURCE.format("sinc of integer or bool tensors")),
         dict(op=("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partial, message=SCATTER_MESSAGE,
              source=SOURCE.format("scatter with an index smaller than self outside dim")),
+        dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
+             source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
+                                  "(silent)")),
         dict(op=FALLBACK_OUT_OPS, when=_empty_out, replace=_outs_unchanged,
              source=SOURCE.format("torch-directml's CPU fallback does not grow an empty out= "
                                   "(eye, kthvalue, median(dim) ... return shape [0]; silent)")),

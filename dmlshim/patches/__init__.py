@@ -127,6 +127,8 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("fallback_out", "eye, kthvalue, median/nanmedian(dim), linalg.lstsq come back empty: torch-"
                           "directml's CPU fallback does not grow their empty out= (measured on the real "
                           "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
+    Patch("max_pool_ceil", "max_pool2d with ceil_mode=True gives floor mode's shape, other indices and "
+                           "gradients (measured on the real 0.2.5 binary): with ceil_mode on the CPU"),
 )
 
 _lock = threading.RLock()
