@@ -39,6 +39,51 @@ def _repeat_5d(device):
     return x.repeat(2, 1, 3, 1, 1)
 
 
+def _storage_scatter(device):
+    """`diagonal_scatter` of a 3x3 zero matrix and a row of ones."""
+    return torch.diagonal_scatter(torch.zeros(3, 3).to(device), torch.ones(3).to(device))
+
+
+def _conv_refused(device):
+    """A 1x1x1 `conv3d` of a 1x1x2x2x2 ramp."""
+    x = torch.arange(8.0).view(1, 1, 2, 2, 2).to(device)
+    return F.conv3d(x, torch.full((1, 1, 1, 1, 1), 2.0).to(device))
+
+
+def _avg_pool_refused(device):
+    """`avg_pool2d` of a 4x4 ramp with `divisor_override=2`."""
+    x = torch.arange(16.0).view(1, 1, 4, 4).to(device)
+    return F.avg_pool2d(x, 2, divisor_override=2)
+
+
+def _zero_size_refused(device):
+    """`mm` of a 0x2 and a 2x3 matrix."""
+    return torch.mm(torch.ones(0, 2).to(device), torch.ones(2, 3).to(device))
+
+
+def _int_math_refused(device):
+    """`log2` of an int64 ramp."""
+    return torch.log2(torch.arange(1, 5).to(device))
+
+
+def _scatter_partial(device):
+    """`scatter_add` into a 3x2 zero matrix from a 2x2 index (dim 1)."""
+    index = torch.tensor([[0, 1], [1, 0]]).to(device)
+    return torch.zeros(3, 2).to(device).scatter_add(1, index, torch.ones(2, 2).to(device))
+
+
+def _fallback_out(device):
+    """`torch.eye(3)` made on the device."""
+    return torch.eye(3, device=device)
+
+
+def _max_pool_ceil(device):
+    """`max_pool2d` of a 1x1x3x6 ramp, kernel 3, stride 2, `ceil_mode=True`."""
+    return torch.nn.functional.max_pool2d(torch.arange(18.0).view(1, 1, 3, 6).to(device), 3, 2,
+                                          ceil_mode=True)
+
+
+_REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
            "bilinear interpolate: align_corners=False without the half-pixel offset; a shape's "
@@ -53,4 +98,33 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("prelu_channels", "#29", "microsoft/DirectML#271, #445; the real 0.2.5 binary",
            "nn.PReLU(C) on a 4-D/5-D input aborts the process ('rank <= "
            "DML_TENSOR_DIMENSION_COUNT_MAX'); 3-D raises", None, ("prelu",)),
+    # refused calls (patches/refused.py): each raises on the device where the CPU computes
+    Defect("storage_scatter", "none", _REFUSED,
+           "diagonal/select/slice/as_strided_scatter: 'self.has_storage() INTERNAL ASSERT "
+           "FAILED'", _probe(_storage_scatter), ("refused:storage_scatter",)),
+    Defect("conv_refused", "none", _REFUSED,
+           "convolution of a 5-D input ('input must be 4-dimensional'), of integers, and some "
+           "transposed grouped dilated ones (E_INVALIDARG)", _probe(_conv_refused),
+           ("refused:conv_refused",)),
+    Defect("avg_pool_refused", "none", _REFUSED,
+           "avg_pool2d/3d with divisor_override ('Divisor override isn't supported for "
+           "DirectML.') or of integers (E_INVALIDARG)", _probe(_avg_pool_refused),
+           ("refused:avg_pool_refused",)),
+    Defect("zero_size_refused", "none", _REFUSED,
+           "mm/addmm with a zero-size operand, index_select of a 0-dim tensor (E_INVALIDARG), "
+           "adaptive_avg_pool2d of an empty batch", _probe(_zero_size_refused),
+           ("refused:zero_size_refused",)),
+    Defect("int_math_refused", "none", _REFUSED,
+           "log10/log2/isnan/isinf (E_INVALIDARG) and sinc (CreateOperator) of integer or bool "
+           "tensors", _probe(_int_math_refused), ("refused:int_math_refused",)),
+    Defect("scatter_partial", "none", _REFUSED,
+           "scatter/scatter_add with an index smaller than self outside dim: 'DirectML scatter "
+           "doesn't allow partially modified dimensions'", _probe(_scatter_partial),
+           ("refused:scatter_partial",)),
+    Defect("fallback_out", "none", _REFUSED,
+           "eye, kthvalue, median/nanmedian(dim), linalg.lstsq return shape [0]: the CPU fallback "
+           "does not grow their empty out= (silent)", _probe(_fallback_out), ("fallback_out",)),
+    Defect("max_pool_ceil", "none", _REFUSED,
+           "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
+           "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),
 )

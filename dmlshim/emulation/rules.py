@@ -17,7 +17,7 @@ from typing import Callable, Optional, Tuple, Union
 
 import torch
 
-from . import _backend, opaque, routing
+from . import _backend, opaque, routing, rules_refused
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
 from ..dml_ops import aten_op, view_kernels
 # the upsample fixes' resampling, run here with DirectML's source tables; the broadcast
@@ -588,6 +588,7 @@ def observed_rules():
              source=source.format("none", ": x.new() and x.new(size) on 'privateuseone', "
                                           "without x's index (legacy constructors ask empty for "
                                           "Device(PrivateUse1); the kernel keeps it)")),
+        *(Rule(**case) for case in rules_refused.refused_cases()),
     ]
 
 

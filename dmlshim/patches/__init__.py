@@ -121,6 +121,14 @@ REGISTRY: Tuple[Patch, ...] = (
                    "relu(x) - w * (-x).clamp_min(0), on the device"),
     Patch("repeat", "Tensor.repeat with more than 4 dimensions refused: 'must be 4 or lower' "
                     "(ComfyUI#5860; #61): one cat per repeated dimension, on the device"),
+    Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "
+                     "divisor_override, zero-size mm/addmm, integer log2/isnan/sinc, partial scatter, "
+                     "the *_scatter ops): retried on the CPU at BackendSelect, however reached"),
+    Patch("fallback_out", "eye, kthvalue, median/nanmedian(dim), linalg.lstsq come back empty: torch-"
+                          "directml's CPU fallback does not grow their empty out= (measured on the real "
+                          "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
+    Patch("max_pool_ceil", "max_pool2d with ceil_mode=True gives floor mode's shape, other indices and "
+                           "gradients (measured on the real 0.2.5 binary): with ceil_mode on the CPU"),
 )
 
 _lock = threading.RLock()

@@ -1,0 +1,144 @@
+"""The emulator's rules for the calls the real torch-directml 0.2.5 binary refuses, for
+the empty results of its CPU fallback's ``out=`` (``patches/fallback_out.py``) and for
+``max_pool2d``'s ``ceil_mode`` (``patches/max_pool_ceil.py``).
+
+Measured with OpInfo's samples under ``realdml run`` (docs/realdml.md); fixed by
+``dmlshim.patches.refused`` (its docstring lists the groups), probed by the defects of
+``dmlshim.observed``.  Each rule raises the real binary's error where the measured
+samples failed; E_INVALIDARG is raised with Windows' text ("The parameter is
+incorrect."), which the real binary renders as ``Unknown error -2147024809`` on Linux.
+Not modelled: the ``*_scatter`` ops' ``has_storage()`` assert (``storage_scatter``: torch's
+CompositeExplicitAutograd kernel decomposes them into ``clone``, a view and ``copy_``
+before the emulated backend sees a call, and the emulated tensors have storage, so no
+rule can watch them; the fix is tested on the real device); which transposed
+convolutions fail (seen for stride 3, groups 2, dilation 4, output_padding 2; the
+conditions are not isolated); ``gather`` with an empty index and ``repeat`` of an empty
+tensor (their overloads hold other patches' kernels).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _backend
+
+SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no public report: {}"
+DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
+SCATTER_MESSAGE = ("DirectML scatter doesn't allow partially modified dimensions. Please update the "
+                   "dimension so that the indices and input only differ in the provided dimension.")
+CREATE_OPERATOR = "m_device->CreateOperator(&opDesc, IID_PPV_ARGS(&op))"
+
+
+def _integer(self, *_, **__):
+    """An integer or bool tensor (DirectML's kernel takes float16/float32)."""
+    return not self.is_floating_point() and not self.is_complex()
+
+
+def _five_dims(input, *_, **__):
+    return input.dim() == 5
+
+
+def _integer_input(input, *_, **__):
+    """Integers: bool has its own rule (rules.default_rules, E_INVALIDARG too)."""
+    return _integer(input) and input.dtype != torch.bool
+
+
+def _divisor_override(self, kernel_size, stride=(), padding=0, ceil_mode=False,
+                      count_include_pad=True, divisor_override=None, **_):
+    return divisor_override is not None
+
+
+def _mm_zero_size(self, mat2, **_):
+    return self.numel() == 0 or mat2.numel() == 0
+
+
+def _addmm_zero_size(self, mat1, mat2, *_, **__):
+    return mat1.numel() == 0 or mat2.numel() == 0
+
+
+def _zero_dim(self, *_, **__):
+    return self.dim() == 0
+
+
+def _empty_batch(self, *_, **__):
+    return self.dim() == 4 and self.size(0) == 0
+
+
+def _empty_batch_message(self, *_, **__):
+    return (f"adaptive_avg_pooling2d(): expected input to have non-empty spatial dimensions, but "
+            f"input has sizes {list(self.shape)} with dimension 0 being empty")
+
+
+def _partial(self, dim, index, *_, **__):
+    """The index differs from ``self`` in a dimension other than ``dim``; a negative
+    ``dim`` is compared as given (``one_hot``'s ``scatter_(-1, ...)`` of a 1-D result fails)."""
+    return index.dim() == self.dim() and any(
+        index.size(d) != self.size(d) for d in range(self.dim()) if d != dim)
+
+
+FALLBACK_OUT_OPS = ("eye.out", "eye.m_out", "kthvalue.values", "median.dim_values",
+                    "nanmedian.dim_values", "linalg_lstsq.out")
+
+
+def _outs(kwargs):
+    return [v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k in
+            ("out", "values", "indices", "solution", "residuals", "rank", "singular_values")]
+
+
+def _empty_out(*_, **kwargs):
+    """torch's composites pass an empty ``out``; the CPU fallback leaves it so."""
+    return any(o.numel() == 0 for o in _outs(kwargs))
+
+
+def _outs_unchanged(*_, **kwargs):
+    outs = _outs(kwargs)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _ceil_mode(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, **_):
+    return ceil_mode
+
+
+def _floor_mode(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False,
+                out=None, indices=None):
+    """The real binary's 2-D answer: ceil_mode ignored (its 1-D indices and the backward are
+    wrong in ways not modelled); into ``out``/``indices`` when given (the ``.out`` overload)."""
+    result = _backend.run_on_cpu(torch.ops.aten.max_pool2d_with_indices.default,
+                                 (self, kernel_size, stride, padding, dilation, False), {})
+    if out is None:
+        return result
+    for into, value in zip((out, indices), result):
+        into.resize_(value.shape).copy_(value)
+    return out, indices
+
+
+def refused_cases():
+    """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
+    (this module stays below ``rules``)."""
+    return [
+        dict(op="convolution_overrideable", when=_five_dims, message="input must be 4-dimensional",
+             source=SOURCE.format("conv3d / conv_transpose3d")),
+        dict(op="convolution_overrideable", when=_integer_input,
+             source=SOURCE.format("int64 convolution (E_INVALIDARG)")),
+        dict(op=("avg_pool2d", "avg_pool3d"), when=_divisor_override, message=DIVISOR_MESSAGE,
+             source=SOURCE.format("avg_pool with divisor_override")),
+        dict(op=("avg_pool2d", "avg_pool3d"), when=_integer,
+             source=SOURCE.format("int64 avg_pool (E_INVALIDARG)")),
+        dict(op="mm", when=_mm_zero_size, source=SOURCE.format("mm with a zero-size operand (E_INVALIDARG)")),
+        dict(op="addmm", when=_addmm_zero_size,
+             source=SOURCE.format("addmm with a zero-size operand, F.linear of an empty batch (E_INVALIDARG)")),
+        dict(op="index_select", when=_zero_dim, source=SOURCE.format("index_select of a 0-dim tensor (E_INVALIDARG)")),
+        dict(op="_adaptive_avg_pool2d", when=_empty_batch, message=_empty_batch_message,
+             source=SOURCE.format("adaptive_avg_pool of an empty batch (torch's check)")),
+        dict(op=("log10", "log2", "isnan", "isinf"), when=_integer,
+             source=SOURCE.format("of integer or bool tensors (E_INVALIDARG)")),
+        dict(op="sinc", when=_integer, message=CREATE_OPERATOR,
+             source=SOURCE.format("sinc of integer or bool tensors")),
+        dict(op=("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partial, message=SCATTER_MESSAGE,
+             source=SOURCE.format("scatter with an index smaller than self outside dim")),
+        dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
+             source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
+                                  "(silent)")),
+        dict(op=FALLBACK_OUT_OPS, when=_empty_out, replace=_outs_unchanged,
+             source=SOURCE.format("torch-directml's CPU fallback does not grow an empty out= "
+                                  "(eye, kthvalue, median(dim) ... return shape [0]; silent)")),
+    ]

@@ -1,0 +1,113 @@
+"""Calls the real torch-directml 0.2.5 binary refuses, run on the CPU however they are reached.
+
+Measured with OpInfo's samples under ``realdml run``: the overloads of :data:`GROUPS`
+raise for some inputs where the CPU computes an answer (one ``Defect`` per group in
+``dmlshim.observed``, switched on by its probe; the cases: docs/defects.md, "Seen on the
+real binary: refused calls").  ``fallback="auto"`` retries such a call when it comes
+through a Python entry point, but a reference bound before ``activate()`` (OpInfo's), a
+C++ composite (``F.linear`` -> ``addmm``, ``one_hot`` -> ``scatter_``) or TorchScript
+reaches the kernel without one.  So each overload gets a BackendSelect kernel
+(``_select.py``): the device first and, on a DirectML-class error
+(:func:`dmlshim.errors.classify`), the same call on the CPU, its result back on the
+device.  A try, not a test of the inputs: the conditions are only partly known (some
+transposed convolutions fail, others with the same dtype do not), and a try costs nothing
+where the device works.  The ``*_scatter`` ops always fail (torch's composite clones
+through the storage an opaque DirectML tensor lacks), so they go to the CPU without one.
+``gather`` with an empty index and ``repeat`` of an empty tensor fail too, but their
+overloads hold the ``gather`` and ``repeat`` patches' kernels.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import torch
+
+from .. import errors, fallback, trace
+from . import _select
+from .dispatcher import Done, below
+
+_aten = torch.ops.aten
+_CATCH = (RuntimeError, NotImplementedError)
+
+
+def _on_cpu(op, keyset, args, kwargs):
+    """Always on the CPU: the device call cannot succeed (``storage_scatter``)."""
+    return _select.on_cpu(op, args, kwargs)
+
+
+def _retry(op, keyset, args, kwargs):
+    """The device first; a DirectML-class error runs the call on the CPU (the CPU's own
+    error, if it has one, is what the caller sees, as without DirectML)."""
+    try:
+        return Done(op.redispatch(below(keyset), *args, **kwargs), record=False)
+    except _CATCH as exc:
+        if errors.classify(exc) != errors.RETRY:
+            raise
+    if op._schema.is_mutable:
+        return _in_place_on_cpu(op, args, kwargs)
+    return _select.on_cpu(op, args, kwargs)
+
+
+def _in_place_on_cpu(op, args, kwargs):
+    """``self.op_(...)`` computed on a CPU copy of ``self`` and copied into it.  Not
+    ``on_cpu``: below BackendSelect the ADInplaceOrView key is excluded, so the CPU copy's
+    version counter does not move and ``fallback.run_on_cpu`` cannot see the write."""
+    def on_a_copy(self, *rest, **kw):
+        self = self.clone()
+        op(self, *rest, **kw)
+        return self
+
+    name = op.name()
+    result = trace.call(name, lambda f, a, k: ("cpu", fallback.run_on_cpu(f, a, k, op=name)),
+                        on_a_copy, args, kwargs)
+    args[0].copy_(result)
+    return Done(args[0], record=False)
+
+
+GROUPS: Dict[str, Tuple[torch._ops.OpOverload, ...]] = {
+    "storage_scatter": (_aten.diagonal_scatter.default, _aten.select_scatter.default,
+                        _aten.slice_scatter.default, _aten.as_strided_scatter.default),
+    "conv_refused": (_aten.convolution.default,),
+    "avg_pool_refused": (_aten.avg_pool2d.default, _aten.avg_pool3d.default),
+    "zero_size_refused": (_aten.mm.default, _aten.addmm.default, _aten.index_select.default,
+                          _aten._adaptive_avg_pool2d.default),
+    "int_math_refused": (_aten.log10.default, _aten.log2.default, _aten.isnan.default,
+                         _aten.isinf.default, _aten.sinc.default),
+    "scatter_partial": (_aten.scatter.src, _aten.scatter.value, _aten.scatter.reduce,
+                        _aten.scatter.value_reduce, _aten.scatter_.src, _aten.scatter_.value,
+                        _aten.scatter_.reduce, _aten.scatter_.value_reduce,
+                        _aten.scatter_add.default, _aten.scatter_add_.default),
+}
+_FIX = {"storage_scatter": _on_cpu}
+
+
+def fix_name(group: str) -> str:
+    """The name a ``Defect`` gives to switch ``group`` on (``"refused:conv_refused"``)."""
+    return "refused:" + group
+
+
+_kernels: List[_select.Kernels] = []
+_groups: List[str] = []
+
+
+def install(ctx) -> None:
+    """A BackendSelect kernel per overload of each group whose defect is on."""
+    if _kernels:
+        return
+    for group, ops in GROUPS.items():
+        if ctx.enabled(fix_name(group)):
+            kernels = _select.Kernels({op: _FIX.get(group, _retry) for op in ops})
+            kernels.install(ctx)
+            _kernels.append(kernels)
+            _groups.append(group)
+
+
+def uninstall() -> None:
+    while _kernels:
+        _kernels.pop().uninstall()
+    _groups.clear()
+
+
+def installed() -> List[str]:
+    """The groups whose kernels are registered now."""
+    return list(_groups)
