@@ -12,8 +12,7 @@ OPTIONAL = {d.name for d in probing.all_defects() if not d.static}
 # no default rule: torch 2.4.1 accepts Tensor.new (#11); the real 0.2.5 binary takes CPU
 # indices (#10) and normalizes strided inputs right (#45), so their rules are off by
 # default (emulation.rules.unconfirmed_rules; benchmarks/results/fidelity-defects.json)
-# storage_scatter: not modelled (emulation/rules_refused.py says why)
-NO_DEFAULT_RULE = {"tensor_new", "layer_norm_strided", "cpu_index", "storage_scatter"}
+NO_DEFAULT_RULE = {"tensor_new", "layer_norm_strided", "cpu_index"}
 if torch.__version__.startswith("2.4."):   # new_device_index: not modelled there (test_legacy_new)
     NO_DEFAULT_RULE.add("new_device_index")
 

@@ -532,20 +532,10 @@ def _empty_without_index(size, *, dtype=None, layout=None, device=None, pin_memo
         return _backend.to_device(cpu)
 
 
-def _partially_modified(self, dim, index, *_, **__):
-    """scatter's index differs from the input in a dimension other than ``dim``."""
-    if index.dim() != self.dim() or self.dim() == 0:
-        return False
-    dim %= self.dim()
-    return any(index.size(d) != self.size(d) for d in range(self.dim()) if d != dim)
-
-
 def _source_unlike_index(self, dim, index, src=None, *_, **__):
     return isinstance(src, Tensor) and src.dim() > 0 and src.shape != index.shape
 
 
-SCATTER_PARTIAL = ("DirectML scatter doesn't allow partially modified dimensions. Please update "
-                   "the dimension so that the indices and input only differ in the provided dimension.")
 SCATTER_SOURCE = "DirectML scatter doesn't allow for index and source to have different dimensions."
 
 
@@ -576,10 +566,6 @@ def observed_rules():
              source=source.format("#46", " (benchmarks/fidelity_routing.py): torch's composite "
                                          "clones through clone_preserve_strides, which asserts "
                                          "has_storage(); its tensors have none")),
-        Rule(("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partially_modified,
-             message=SCATTER_PARTIAL,
-             source=source.format("none", " (benchmarks/fidelity_routing.py): scatter with an "
-                                          "index smaller than the input in another dimension")),
         Rule(("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_source_unlike_index,
              message=SCATTER_SOURCE,
              source=source.format("none", " (benchmarks/fidelity_routing.py): scatter with a "

@@ -7,10 +7,9 @@ Measured with OpInfo's samples under ``realdml run`` (docs/realdml.md); fixed by
 ``dmlshim.observed``.  Each rule raises the real binary's error where the measured
 samples failed; E_INVALIDARG is raised with Windows' text ("The parameter is
 incorrect."), which the real binary renders as ``Unknown error -2147024809`` on Linux.
-Not modelled: the ``*_scatter`` ops' ``has_storage()`` assert (``storage_scatter``: torch's
-CompositeExplicitAutograd kernel decomposes them into ``clone``, a view and ``copy_``
-before the emulated backend sees a call, and the emulated tensors have storage, so no
-rule can watch them; the fix is tested on the real device); which transposed
+The ``*_scatter`` ops' ``has_storage()`` assert (``storage_scatter``) is ``rules.observed_rules``'
+(the emulator registers kernels for those composites: ``opaque.STRIDED_CLONES``).
+Not modelled: which transposed
 convolutions fail (seen for stride 3, groups 2, dilation 4, output_padding 2; the
 conditions are not isolated); ``gather`` with an empty index and ``repeat`` of an empty
 tensor (their overloads hold other patches' kernels).
