@@ -230,8 +230,9 @@ def test_report_shows_the_interceptions(funasr_model_dir, dml_device, default_sh
     assert "calls" in str(dmlshim.report())
 
 
-def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim):
-    """FSMN-VAD + SeACo-Paraformer + CT-Transformer punctuation: device == CPU."""
+def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim, profile):
+    """FSMN-VAD + SeACo-Paraformer + CT-Transformer punctuation: the device's transcript is
+    the CPU's within the profile (a device's rounding may move a token or a timestamp)."""
     dirs = {k: str(funasr_model_dir(k)) for k in ("seaco", "vad", "punc")}
 
     def run(device):
@@ -240,7 +241,10 @@ def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim
 
     ref = run("cpu")
     got = run(dml_device)
-    assert got == ref
+    assert len(got) == len(ref)
+    for (text, stamps), (ref_text, ref_stamps) in zip(got, ref):
+        figures = parity.compare_transcripts(text, ref_text, stamps, ref_stamps)
+        assert figures.within(profile), f"{figures}\n  device: {text}\n  cpu:    {ref_text}"
     text, stamps = got[0]
     assert text.strip() and len(stamps) > 0
 
