@@ -38,16 +38,35 @@ if os.environ.get("DMLSHIM_TEST_NUMERICS"):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "emulated_only: needs the emulated DirectML device (skipped on a real one)")
+        "markers", "emulated_only(reason): needs the emulated DirectML device (skipped on a real "
+                   "one); reason names the emulator internal the test drives")
+
+
+def _emulated_only_reason(item):
+    """The reason of ``item``'s ``emulated_only`` marker, ``""`` if it gives none, ``None``
+    if the item has no such marker."""
+    marker = item.get_closest_marker("emulated_only")
+    if marker is None:
+        return None
+    return marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
 
 
 def pytest_collection_modifyitems(config, items):
+    """A marker must say why: an emulated_only test is one the real device cannot run, and
+    the reason is what a reader of a real run's skips needs (collection fails without it).
+    On a real device every marked test is skipped with its reason."""
+    vague = [item.nodeid for item in items if _emulated_only_reason(item) == ""]
+    if vague:
+        raise pytest.UsageError(
+            "@pytest.mark.emulated_only(reason=...) needs a reason naming the emulator internal "
+            "the test drives (injected Rules, configure(), records, FatalDirectMLError, ...):\n  "
+            + "\n  ".join(vague))
     if _REAL is None:
         return
-    skip = pytest.mark.skip(reason="emulator-only behaviour; running on a real DirectML device")
     for item in items:
-        if "emulated_only" in item.keywords:
-            item.add_marker(skip)
+        reason = _emulated_only_reason(item)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"emulated_only: {reason}"))
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +77,14 @@ def dml_device() -> torch.device:
     from dmlshim import emulation
 
     return emulation.install()
+
+
+@pytest.fixture(scope="session")
+def device_kind(dml_device) -> str:
+    """The test device as the ``--device`` choice of dmlshim's command lines and the
+    examples: ``"directml"`` on a real device, ``"emulated"`` otherwise (a process with
+    torch_directml loaded cannot install the emulated device)."""
+    return "emulated" if _REAL is None else "directml"
 
 
 @pytest.fixture(scope="session")
@@ -334,6 +361,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
+    _device_summary(terminalreporter)
     left = _run_temp.get("left")
     if left:
         terminalreporter.section("files left in the temp directory", sep="=", red=True, bold=True)
@@ -341,3 +369,28 @@ def pytest_terminal_summary(terminalreporter):
                               "tmp_path / tmp_path_factory instead:")
         for name in left:
             terminalreporter.line(f"  {name}")
+
+
+# --- What ran on which device (issue 25) -------------------------------------------------
+# A run on the real device says how much of the suite the real device ran and how much it
+# skipped as emulator-only, so a green run cannot hide a growing list of markers.
+_outcomes = {"ran": 0, "emulated_only": 0, "skipped": 0}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        if not report.skipped or hasattr(report, "wasxfail"):     # an xfail ran too
+            _outcomes["ran"] += 1
+        elif "emulated_only" in report.keywords:
+            _outcomes["emulated_only"] += 1
+        else:
+            _outcomes["skipped"] += 1
+
+
+def _device_summary(terminalreporter):
+    if not any(_outcomes.values()):
+        return
+    where = "the real DirectML device" if _REAL is not None else "the emulated DirectML device"
+    terminalreporter.line(
+        f"{_outcomes['ran']} tests ran on {where}, {_outcomes['emulated_only']} skipped "
+        f"(emulated_only), {_outcomes['skipped']} skipped otherwise")

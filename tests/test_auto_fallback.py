@@ -40,7 +40,8 @@ def reached(op):
                if name.split(".")[0] == op)
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::hypot, which the real binary computes")
 def test_unknown_op_failure_reproduces_without_the_shim(dml_device):
     x = torch.rand(3, 4, device=dml_device)
     with emulation.configured(rules=[emulation.Rule("hypot")]):
@@ -48,7 +49,9 @@ def test_unknown_op_failure_reproduces_without_the_shim(dml_device):
             torch.hypot(x, x)
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::hypot, which the real binary computes, and "
+           "counts its calls in emulation.records()")
 def test_invented_rule_is_retried_on_cpu_and_remembered(shim, assert_parity):
     dev = shim("auto")
     a, b = torch.rand(3, 4), torch.rand(3, 4)
@@ -75,7 +78,9 @@ def test_invented_rule_is_retried_on_cpu_and_remembered(shim, assert_parity):
     assert row["actions"] == {"cpu": 3} and row["d2h"] > 0 and row["h2d"] > 0
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects failing emulation.Rules for aten::atan2, remainder and cumprod, which the real "
+           "binary computes")
 def test_tensor_methods_and_operators(shim, assert_parity):
     dev = shim("auto")
     x = torch.rand(4, 5)
@@ -89,7 +94,8 @@ def test_tensor_methods_and_operators(shim, assert_parity):
     assert {"Tensor.atan2", "Tensor.__mod__", "torch.cumprod"} <= set(auto.failures())
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects failing emulation.Rules for aten::cat and mul, which the real binary computes")
 def test_entry_points_shared_with_core_patches(shim, assert_parity):
     """torch.cat and Tensor.__mul__ are intercepted by the cat and mul patches; auto's
     retry runs inside those wrappers (no second layer) and still retries and remembers
@@ -115,7 +121,9 @@ def test_entry_points_shared_with_core_patches(shim, assert_parity):
     assert auto.failures()["Tensor.__mul__"].signatures == 2
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a NotImplementedError emulation.Rule for aten::erfinv, which the real binary "
+           "computes")
 def test_not_implemented_sends_every_signature_to_cpu(shim, assert_parity):
     dev = shim("auto")
     rule = emulation.Rule("erfinv", error=NotImplementedError,
@@ -130,7 +138,8 @@ def test_not_implemented_sends_every_signature_to_cpu(shim, assert_parity):
     assert auto.failures()["torch.erfinv"].all_signatures
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::lerp, which the real binary computes")
 def test_in_place_and_out_are_written_back(shim, assert_parity):
     dev = shim("auto")
     x, y = torch.rand(6), torch.rand(6)
@@ -146,7 +155,9 @@ def test_in_place_and_out_are_written_back(shim, assert_parity):
         assert_parity(out.cpu(), torch.lerp(x, y, 0.5))
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::_index_put_impl_, which the real binary "
+           "computes")
 def test_masked_assignment_is_written_back(shim, assert_parity):
     """``x[mask] = v`` (index_put_, failure_modes.md row #16 class) through Tensor.__setitem__."""
     dev = shim("auto")
@@ -160,7 +171,8 @@ def test_masked_assignment_is_written_back(shim, assert_parity):
     assert_parity(d.cpu(), want)
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::logaddexp, which the real binary computes")
 def test_autograd_through_the_fallback(shim, assert_parity):
     dev = shim("auto")
     w_cpu = torch.rand(3, 4, requires_grad=True)
@@ -174,7 +186,9 @@ def test_autograd_through_the_fallback(shim, assert_parity):
 
 
 @pytest.mark.parametrize("code_page", ["cp936", "cp932", "cp1251"])
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="configure(localized_errors=...): the emulator's localized HRESULT text for an injected "
+           "failure; the real binary cannot be made to fail on demand")
 def test_localized_error_without_shim_is_a_unicode_decode_error(dml_device, code_page):
     x = torch.rand(3, device=dml_device)
     with emulation.configured(rules=[emulation.Rule("sinh")], localized_errors=code_page):
@@ -184,7 +198,9 @@ def test_localized_error_without_shim_is_a_unicode_decode_error(dml_device, code
 
 @pytest.mark.parametrize("code_page,text", [("cp936", "参数错误。"), ("cp932", "パラメーターが間違っています。"),
                                             ("cp1251", "Параметр задан неверно.")])
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="configure(localized_errors=...): the emulator's localized HRESULT text for an injected "
+           "failure; the real binary cannot be made to fail on demand")
 def test_known_mode_translates_localized_errors(shim, monkeypatch, code_page, text):
     monkeypatch.delenv("DMLSHIM_CODEPAGE", raising=False)
     dev = shim("known")
@@ -201,7 +217,9 @@ def test_known_mode_translates_localized_errors(shim, monkeypatch, code_page, te
     assert "torch.sinh" not in auto.failures()                 # known mode never retries
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="configure(localized_errors=...): the emulator's localized HRESULT text for an injected "
+           "failure; the real binary cannot be made to fail on demand")
 def test_auto_retries_localized_invalidarg(shim, assert_parity):
     dev = shim("auto")
     x = torch.rand(2, 3)
@@ -219,7 +237,9 @@ def test_auto_retries_localized_invalidarg(shim, assert_parity):
     (REMOVED, None, "DXGI_ERROR_DEVICE_REMOVED"),
     ("Unknown error -2005270523", None, "DXGI_ERROR_DEVICE_REMOVED"),      # WSL rendering
 ])
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects out-of-memory and device-removed errors (emulation.Rule messages), which the "
+           "real device cannot be made to raise")
 def test_oom_and_device_removed_are_not_retried(shim, message, localized, hresult):
     dev = shim("auto")
     x = torch.rand(3, device=dev)
@@ -236,7 +256,9 @@ def test_oom_and_device_removed_are_not_retried(shim, message, localized, hresul
     assert not any(r["op"] == "torch.cosh" and "cpu" in r["actions"] for r in dmlshim.report().rows)
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::expm1, which the real binary computes (WSL's "
+           "'Unknown error' text)")
 def test_wsl_unknown_error_is_retried(shim, assert_parity):
     dev = shim("auto")
     x = torch.rand(4)
@@ -245,7 +267,8 @@ def test_wsl_unknown_error_is_retried(shim, assert_parity):
             assert_parity(torch.expm1(x.to(dev)).cpu(), torch.expm1(x))
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::fmod, which the real binary computes")
 def test_cpu_failure_is_reported_as_the_cpu_sees_it(shim):
     dev = shim("auto")
     with emulation.configured(rules=[emulation.Rule("fmod")]):
@@ -261,7 +284,8 @@ def test_other_errors_pass_through_untouched(shim):
         torch.add(torch.rand(2, device=dev), "x")
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::hypot, which the real binary computes")
 def test_off_mode_keeps_the_raw_error(shim):
     dev = shim("off")
     assert "auto" not in dmlshim.patches.installed()
@@ -270,7 +294,8 @@ def test_off_mode_keeps_the_raw_error(shim):
             torch.hypot(torch.rand(2, device=dev), torch.rand(2, device=dev))
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::hypot, which the real binary computes")
 def test_cpu_calls_are_never_touched(shim):
     shim("auto")
     with emulation.configured(rules=[emulation.Rule("hypot")]):
@@ -278,7 +303,8 @@ def test_cpu_calls_are_never_touched(shim):
     assert auto.failures() == {}
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::softplus, which the real binary computes")
 def test_worker_threads_are_covered(shim, assert_parity):
     dev = shim("auto")
     x = torch.rand(64, 8)
@@ -357,7 +383,8 @@ ATEN = {"sqrt": "sqrt", "cumsum": "cumsum", "softmax": "_softmax", "sum": "sum",
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects failing emulation.Rules for a random subset of ops the real binary computes")
 def test_auto_parity_over_random_ops_with_injected_failures(shim, data, assert_parity):
     """Random chains of ops on random shapes; a random subset of the ops fails on
     the device (E_INVALIDARG, NotImplementedError or a localized error): with
@@ -411,7 +438,9 @@ def test_device_lengths_raise_as_on_cuda(shim, dml_device):
             pack_padded_sequence(x, lengths, batch_first=True)
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::cat, which the real binary computes inside "
+           "pack_padded_sequence")
 def test_cpu_retry_keeps_batch_sizes_on_the_cpu(shim, dml_device, assert_parity):
     from torch.nn.utils.rnn import pack_padded_sequence
     x, gru, x_dev, gru_dev = _packed_inputs(dml_device)

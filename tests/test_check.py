@@ -10,7 +10,9 @@ import pytest
 import dmlshim
 from dmlshim import check, emulation
 
-pytestmark = pytest.mark.emulated_only
+pytestmark = pytest.mark.emulated_only(
+    reason="python -m dmlshim check reports emulation.records() of a script run on the emulated "
+           "device, with an injected hypot Rule")
 
 # A small model with what DirectML gets wrong: float x bool (silently bool, #17),
 # an empty input to cat (#19/#20), an LSTM (#1), a silent CPU fallback (roll,

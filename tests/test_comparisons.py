@@ -54,7 +54,8 @@ def test_the_scan_finds_each_form(tmp_path):
         "test_sample.py:5: np.testing.assert_array_equal(...)"]
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="switches the emulator's numerics (emulation.configured(numerics=...))")
 @pytest.mark.parametrize("numerics", ["cpu", "gpu"])
 def test_assert_parity_takes_the_profile_when_called(dml_device, assert_parity, numerics):
     held_to = {"cpu": "exact", "gpu": "device"}[numerics]
@@ -69,7 +70,8 @@ def test_assert_parity_takes_the_profile_when_called(dml_device, assert_parity, 
             assert_parity((X + 1).to(dml_device), X)
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="switches the emulator's numerics (emulation.configured(numerics=...))")
 def test_assert_parity_refuses_exact_where_the_numerics_are_not_the_cpus(dml_device, assert_parity):
     with emulation.configured(numerics="gpu"):
         with pytest.raises(ValueError, match=r"profile='exact'\) on privateuseone:0 with the "
@@ -79,7 +81,8 @@ def test_assert_parity_refuses_exact_where_the_numerics_are_not_the_cpus(dml_dev
         assert_parity(X.to(dml_device), X, profile="exact")
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="switches the emulator's numerics (emulation.configured(numerics=...))")
 def test_assert_same_is_exact_in_every_numerics(dml_device, assert_same):
     with emulation.configured(numerics="gpu"):
         assert_same(X.to(dml_device), X)

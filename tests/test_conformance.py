@@ -21,7 +21,9 @@ pytest.importorskip("expecttest", reason="torch.testing's OpInfo database needs 
 from dmlshim import conformance, emulation  # noqa: E402
 from dmlshim.emulation import FatalDirectMLError  # noqa: E402
 
-pytestmark = pytest.mark.emulated_only
+pytestmark = pytest.mark.emulated_only(
+    reason="asserts the classes the emulator's default rules give on a fixed op subset; the real "
+           "binary's run is python -m dmlshim conformance --device directml")
 
 SUBSET = r"^(add|addr|mul|cat|cumsum|fft\.fft|float_power|ldexp|softmax|empty_like|tensor_split|combinations)$"
 

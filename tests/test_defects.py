@@ -13,7 +13,9 @@ from dmlshim.defects import Defect, Verdict
 from dmlshim.emulation import legacy_new, rules
 from dmlshim.patches import dispatcher
 
-pytestmark = pytest.mark.emulated_only
+pytestmark = pytest.mark.emulated_only(
+    reason="turns each defect's emulator rule on and off (emulation.configure) to assert its probe "
+           "and fix both ways")
 
 BY_NAME = {d.name: d for d in defects.CORE}
 # defect -> the default emulator rules that produce it

@@ -50,7 +50,8 @@ def test_has_float64_support(dml_device):
     assert devices.has_float64_support(torch.device("cuda")) is True
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="switches the emulator's float64 support (emulation.configured(has_float64_support=...))")
 def test_has_float64_support_follows_the_emulator(dml_device):
     from dmlshim import emulation
     with emulation.configured(has_float64_support=False):
@@ -72,7 +73,8 @@ def test_info_command():
     assert done.returncode == 2 and "invalid choice" in done.stderr
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="asserts the emulated adapter select_device falls back to when torch_directml is absent")
 def test_emulated_device_stands_in_for_directml(dml_device, monkeypatch):
     monkeypatch.setattr(devices, "_torch_directml", lambda: None)
     assert devices.available("directml")

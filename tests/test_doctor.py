@@ -7,7 +7,9 @@ import torch
 from dmlshim import defects, doctor, emulation, probing
 from dmlshim.__main__ import main
 
-pytestmark = pytest.mark.emulated_only
+pytestmark = pytest.mark.emulated_only(
+    reason="python -m dmlshim doctor --device emulated: every default emulator rule detected, none "
+           "with emulation.configure(rules=[])")
 OPTIONAL = {d.name for d in probing.all_defects() if not d.static}
 # no default rule: torch 2.4.1 accepts Tensor.new (#11); the real 0.2.5 binary takes CPU
 # indices (#10) and normalizes strided inputs right (#45), so their rules are off by

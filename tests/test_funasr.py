@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import parity, patches, trace
+from dmlshim import devices, parity, patches, trace
 
 # the funasr extra (`make test` installs it); examples/ is on sys.path (conftest.py)
 from funasr.models.transformer.utils.nets_utils import pad_list
@@ -33,6 +33,9 @@ AUDIO = Path(__file__).resolve().parent.parent / "examples" / "data" / "zh.wav"
 # (zh.wav gives 44.86: one row of padding, no empty cat.)
 EN_AUDIO = AUDIO.with_name("en.wav")
 HOTWORDS = "天气 公园"
+# E_INVALIDARG as the device renders it: Windows' text, or WSL's and the real binary's
+# here, "Unknown error -2147024809" (dmlshim/errors.py, failure_modes.md #28)
+INVALIDARG = "The parameter is incorrect|Unknown error -2147024809"
 ASR_KINDS = ("paraformer", "bicif", "seaco")
 
 
@@ -96,19 +99,21 @@ def test_without_shim_the_model_fails_on_the_device(kind, funasr_model_dir, dml_
     rejects the bool tensor."""
     assert not dmlshim.is_active()
     model = auto_model(funasr_model_dir(kind), dml_device)
-    with pytest.raises(RuntimeError, match="The parameter is incorrect") as info:
+    with pytest.raises(RuntimeError, match=INVALIDARG) as info:
         transcribe(model, HOTWORDS if kind == "seaco" else None)
     assert "forward_fsmn" in [entry.name for entry in info.traceback]
 
 
-@pytest.mark.emulated_only
 @pytest.mark.parametrize("kind, missing, error, match", [
     ("bicif", "rnn", NotImplementedError, "_thnn_fused_lstm_cell"),
-    ("bicif", ("cat", "dispatcher"), RuntimeError, "The parameter is incorrect"),
+    ("bicif", ("cat", "dispatcher"), RuntimeError, INVALIDARG),
     ("paraformer", "dtypes", RuntimeError, "Float64"),
 ])
 def test_each_fix_is_needed(kind, missing, error, match, funasr_model_dir, dml_device, monkeypatch):
     """With every patch but one, the real model hits exactly that DirectML failure."""
+    if missing == "dtypes" and devices.reported_float64_support(dml_device):
+        pytest.skip("this device's driver reports float64: the float64 cumsum runs, at float32 "
+                    "precision, instead of failing (tests/test_patch_dtypes.py)")
     model = auto_model(funasr_model_dir(kind), dml_device)
     missing = (missing,) if isinstance(missing, str) else missing    # the Python and C++ halves
     with shim_without(monkeypatch, *missing), pytest.raises(error, match=match):
@@ -183,7 +188,6 @@ def test_shim_matches_cpu(kind, funasr_model_dir, dml_device, cpu_reference, def
     assert_parity((out, lens), ref["encoder"])
 
 
-@pytest.mark.emulated_only
 def test_inference_mode_fails_without_the_shim(funasr_model_dir, dml_device):
     """A model loaded to DirectML, called inside torch.inference_mode(): a view of a weight
     fails (DirectML#602, failure_modes.md #41) before anything else."""
@@ -226,8 +230,9 @@ def test_report_shows_the_interceptions(funasr_model_dir, dml_device, default_sh
     assert "calls" in str(dmlshim.report())
 
 
-def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim):
-    """FSMN-VAD + SeACo-Paraformer + CT-Transformer punctuation: device == CPU."""
+def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim, profile):
+    """FSMN-VAD + SeACo-Paraformer + CT-Transformer punctuation: the device's transcript is
+    the CPU's within the profile (a device's rounding may move a token or a timestamp)."""
     dirs = {k: str(funasr_model_dir(k)) for k in ("seaco", "vad", "punc")}
 
     def run(device):
@@ -236,23 +241,26 @@ def test_vad_and_punctuation_pipeline(funasr_model_dir, dml_device, default_shim
 
     ref = run("cpu")
     got = run(dml_device)
-    assert got == ref
+    assert len(got) == len(ref)
+    for (text, stamps), (ref_text, ref_stamps) in zip(got, ref):
+        figures = parity.compare_transcripts(text, ref_text, stamps, ref_stamps)
+        assert figures.within(profile), f"{figures}\n  device: {text}\n  cpu:    {ref_text}"
     text, stamps = got[0]
     assert text.strip() and len(stamps) > 0
 
 
-def _compare_with_cpu(tmp_path, *options):
-    """examples/funasr_transcribe.py --compare-cpu on the emulated device: its exit status."""
+def _compare_with_cpu(tmp_path, device_kind, *options):
+    """examples/funasr_transcribe.py --compare-cpu on the test device: its exit status."""
     try:
-        return funasr_transcribe.main([str(AUDIO), "--device", "emulated", "--compare-cpu", *options,
+        return funasr_transcribe.main([str(AUDIO), "--device", device_kind, "--compare-cpu", *options,
                                        "--ncpu", "1", "--cache-dir", str(tmp_path)])
     finally:
         dmlshim.deactivate()
 
 
-def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device, profile):
+def test_example_script_compares_with_cpu(tmp_path, capsys, device_kind, profile):
     """examples/funasr_transcribe.py (what `make demo` runs), on one file."""
-    status = _compare_with_cpu(tmp_path, "--hotword", HOTWORDS)
+    status = _compare_with_cpu(tmp_path, device_kind, "--hotword", HOTWORDS)
     out = capsys.readouterr().out
     assert status == 0, out
     assert "RANDOM weights" in out and f"within the '{profile}' profile" in out
@@ -264,7 +272,7 @@ def test_example_script_compares_with_cpu(tmp_path, capsys, dml_device, profile)
     (60, "exact", 1),
     (-10**6, "device", 1),  # a timestamp that is simply wrong
 ])
-def test_example_script_exits_1_outside_the_profile(tmp_path, capsys, dml_device, monkeypatch,
+def test_example_script_exits_1_outside_the_profile(tmp_path, capsys, device_kind, monkeypatch,
                                                     shift_ms, tolerance, status):
     """--compare-cpu exits 1 only when text or timestamps differ beyond --tolerance."""
     real = funasr_transcribe.transcribe
@@ -278,7 +286,7 @@ def test_example_script_exits_1_outside_the_profile(tmp_path, capsys, dml_device
         return results
 
     monkeypatch.setattr(funasr_transcribe, "transcribe", transcribe)
-    got = _compare_with_cpu(tmp_path, "--tolerance", tolerance)
+    got = _compare_with_cpu(tmp_path, device_kind, "--tolerance", tolerance)
     out = capsys.readouterr().out
     assert got == status, out
     assert ("MISMATCH" in out and "timestamp differs" in out) == bool(status)

@@ -53,6 +53,9 @@ def cpu_transcripts(model_dir, uploads, tmp_path):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.emulated_only(
+    reason="examples/funasr_server.Server serves on the emulated device in a child (dmlshim run "
+           "--device emulated funasr-server); it has no real-device mode")
 def test_server_on_emulated_device_under_load_and_bad_uploads(model_dir, tmp_path):
     good = samples()
     odd = {k: v for k, v in bad_uploads(silence_s=20).items() if k in ("8khz.wav", "silence.wav")}
@@ -97,6 +100,9 @@ def nano_dir(tmp_path_factory):
     return dst
 
 
+@pytest.mark.emulated_only(
+    reason="examples/funasr_server.Server serves on the emulated device in a child (dmlshim run "
+           "--device emulated funasr-server); it has no real-device mode")
 def test_fun_asr_nano_serves_the_cpu_transcripts(nano_dir, tmp_path):
     """``dmlshim run --device emulated funasr-server --model fun-asr-nano --model-path DIR
     --device privateuseone:0``: the openai client gets the CPU's text (issue 20). Raw,

@@ -16,9 +16,6 @@ pytest.importorskip("funasr")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import funasr_vad  # noqa: E402
 
-pytestmark = pytest.mark.emulated_only
-
-
 @pytest.fixture(scope="module")
 def cpu_segments():
     dmlshim.deactivate()
@@ -44,7 +41,7 @@ def test_segments_on_the_emulated_device_equal_the_cpu(with_shim, cpu_segments, 
     assert got == cpu_segments
 
 
-def test_the_example_exits_zero_when_segments_match(capsys):
-    assert funasr_vad.main(["--device", "emulated"]) == 0
+def test_the_example_exits_zero_when_segments_match(capsys, device_kind):
+    assert funasr_vad.main(["--device", device_kind]) == 0
     out = capsys.readouterr().out
     assert out.count("same") == 2 and "DIFFERENT" not in out

@@ -117,7 +117,6 @@ def test_inplace_keeps_self_dtype_identity_and_version(net, data, assert_parity)
     assert_parity(h.cpu(), x.half().mul_(m))
 
 
-@pytest.mark.emulated_only      # the net leaves these alone; DirectML's own answer is not documented
 def test_inplace_on_bool_self_behaves_as_on_cpu(net, data, assert_parity):
     (x, m, _), (xd, md, _) = data
     with pytest.raises(RuntimeError, match="can't be cast"):
@@ -141,7 +140,6 @@ def test_out_variant(net, data, out_dtype, assert_parity):
     assert_parity(out.cpu(), expected)
 
 
-@pytest.mark.emulated_only      # what DirectML's own mul.out does with a bool out= is not documented
 def test_out_variant_refuses_what_the_cpu_refuses(net, data):
     (x, m, _), (xd, md, _) = data
     with pytest.raises(RuntimeError, match="can't be cast"):
@@ -186,7 +184,6 @@ def _grad_inputs(dml_device, data):
     return (x, m, i, w), (*dev, w.to(dml_device))
 
 
-@pytest.mark.emulated_only      # the emulator's mul_ is right (rules.py), DirectML's may fail earlier
 @pytest.mark.parametrize("how", list(GRADS))
 def test_without_net_gradients_are_wrong(dml_device, data, how, assert_differs):
     dmlshim.deactivate()
@@ -213,24 +210,27 @@ def test_activate_amax_gradient_equals_cpu(shim, dml_device, data, assert_parity
 
 # ------------------------------------------------------------------- scope
 
-def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data, assert_same):
+def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data, assert_same, assert_parity):
     """CPU calls pass through bit for bit; a wrapped number (the 2.5 of ``x * 2.5``, which
-    a Python kernel receives as a Python float) keeps torch's promotion."""
+    a Python kernel receives as a Python float) keeps torch's promotion: on the device the
+    CPU's dtype and values (raw, the real 0.2.5 binary gives bool for ``md * 3`` and
+    ``xd * True``, measured; the emulator gets them right)."""
     dmlshim.deactivate()
     (x, m, i), (xd, md, id_) = data
     h = torch.randn(100).half()
     cases = {"ldexp cpu": lambda: torch.ldexp(m, i), "x * m cpu": lambda: aten.mul.Tensor(x, m),
              "i * 2.5": lambda: i * 2.5, "2.5 * i": lambda: 2.5 * i, "h * 0.1": lambda: h * 0.1,
-             "m * 3": lambda: m * 3, "x * True": lambda: x * True,
-             "dev i * 2.5": lambda: (id_ * 2.5).cpu(), "dev m * 3": lambda: (md * 3).cpu(),
-             "dev x * True": lambda: (xd * True).cpu()}
+             "m * 3": lambda: m * 3, "x * True": lambda: x * True}
+    on_device = {"dev i * 2.5": lambda: (id_ * 2.5).cpu(), "dev m * 3": lambda: (md * 3).cpu(),
+                 "dev x * True": lambda: (xd * True).cpu()}
     expected = {name: fn() for name, fn in cases.items()}
     dispatcher.install(patches.Context(target=dml_device.type))
     dmlshim.trace.reset()
     try:
         for name, fn in cases.items():
-            got = fn()
-            assert_same(got, expected[name], f"{name}: ")
+            assert_same(fn(), expected[name], f"{name}: ")
+        for name, fn in on_device.items():
+            assert_parity(fn(), cases[name[len("dev "):]](), f"{name}: ")
     finally:
         dispatcher.uninstall()
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
@@ -262,12 +262,14 @@ def test_a_number_beside_a_0_dim_device_tensor_without_wrapped_numbers(dml_devic
         dispatcher.uninstall()
 
 
-def test_acts_only_on_the_target_device_type(dml_device, data):
+def test_acts_only_on_the_target_device_type(dml_device, data, assert_differs):
     dmlshim.deactivate()
-    _, (xd, md, _) = data
+    (x, m, _), (xd, md, _) = data
     dispatcher.install(patches.Context(target="cuda"))       # benchmarks/gpu.py's target
     try:
-        assert aten.mul.Tensor(xd, md).dtype == torch.bool   # privateuseone: not ours to fix
+        # privateuseone: not ours to fix, float x bool stays wrong (the emulator: bool; the
+        # real 0.2.5 binary, called from a Python kernel: float32 of the truncated floats)
+        assert_differs(aten.mul.Tensor(xd, md).cpu(), aten.mul.Tensor(x, m))
     finally:
         dispatcher.uninstall()
     assert dispatcher.backend_key("privateuseone") == torch._C.DispatchKey.PrivateUse1
@@ -298,9 +300,16 @@ def test_deactivate_removes_every_registration(dml_device, older_index_rule, dat
     _, (xd, md, id_) = data
     dmlshim.deactivate()
     assert not any(dispatcher.registered().values()) and _backend_select_lines() == []
+    first = None
     for _ in range(3):                                        # activate -> deactivate -> activate
         dmlshim.activate(fallback="known", trace=0)
-        assert all(dispatcher.registered().values())
+        # the kernels of the defects the probes found, the same each time: every one with the
+        # older index rule on (the emulator); the real 0.2.5 binary takes CPU indices (#10),
+        # so no index kernels there
+        now = dispatcher.registered()
+        assert now["aten::mul.Tensor"] and now == (first or now)
+        first = now
+        assert all(now.values()) or not emulation.is_installed()
         assert "dispatcher" in patches.installed()
         assert torch.ldexp(md, id_).dtype == torch.float32
         dmlshim.deactivate()
@@ -391,7 +400,9 @@ def older_index_rule(dml_device):
         yield
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="older builds' refusal of CPU indices (#10), an unconfirmed emulator rule "
+           "(older_index_rule); the real 0.2.5 binary takes them")
 @pytest.mark.parametrize("case", list(NET_CASES))
 def test_without_net_index_and_empty_cat_fail(older_index_rule, data, case):
     dmlshim.deactivate()
@@ -442,7 +453,9 @@ HOME_CASES = {
 }
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="expects emulation.FatalDirectMLError where the real binary aborts the whole process "
+           "(tests/test_bf16.py reproduces an abort in a child)")
 @pytest.mark.parametrize("case", [*ISLAND_CASES, *HOME_CASES])
 def test_without_net_complex_and_float64_fail(data, case):
     from dmlshim import emulation
@@ -474,7 +487,9 @@ GRAD_CASES = {
 }
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="expects emulation.FatalDirectMLError where the real binary aborts the whole process "
+           "(tests/test_bf16.py reproduces an abort in a child)")
 @pytest.mark.parametrize("case", list(GRAD_CASES))
 def test_without_net_gradient_cases_abort(data, case):
     from dmlshim import emulation
@@ -494,11 +509,14 @@ def test_net_keeps_autograd_through_composites_and_island_creators(net, data, ca
     assert_parity(xd.grad.cpu(), x.grad)
 
 
-@pytest.mark.emulated_only
 def test_sparse_results_fail_raw_and_are_cpu_islands_with_the_net(data, dml_device, assert_same):
     dmlshim.deactivate()
-    with pytest.raises(NotImplementedError, match="Sparse"):
-        _to_sparse(data[1][0])
+    try:                    # the emulator raises (#30); the real 0.2.5 binary, measured,
+        raw = _to_sparse(data[1][0])            # returns a strided tensor on the device
+    except NotImplementedError as exc:
+        assert "Sparse" in str(exc)
+    else:
+        assert raw.layout == torch.strided
     dispatcher.install(patches.Context(target=dml_device.type))
     try:
         with warnings.catch_warnings():

@@ -114,7 +114,9 @@ def _run_order(order, tmp_path):
     return json.loads(line[len("RESULT "):])
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="its child process runs on emulation.install() and asserts the patches its default rules "
+           "call for")
 def test_libraries_imported_before_activate(tmp_path):
     out = _run_order("before", tmp_path)
     assert out["raw"]["equal"] is not True                  # the probe does see the bug
@@ -135,7 +137,9 @@ def test_libraries_imported_before_activate(tmp_path):
     assert out["deactivated"] == dict(out["raw"], gfpgan_wrapped=False)
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="its child process runs on emulation.install() and asserts the patches its default rules "
+           "call for")
 def test_libraries_imported_after_activate(tmp_path):
     result = _run_order("after", tmp_path)
     assert result["gfpgan_import_error"] is None
@@ -171,7 +175,8 @@ def _inputs(seed):
     return torch.rand(2, 7, 8, generator=g), torch.rand(2, 7, generator=g) > 0.3
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::hypot (auto's CPU retry from four threads)")
 def test_same_model_from_four_threads_is_identical(active, assert_parity):
     dev = active
     torch.manual_seed(0)
@@ -267,7 +272,8 @@ def test_unavailable_device_request_names_the_variable(monkeypatch):
 MARK_F, MARK_I = 4242.4242, 987654321
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects failing emulation.Rules, an out-of-memory one with localized text")
 def test_traces_never_contain_tensor_values(dml_device, tmp_path, monkeypatch, caplog):
     path = tmp_path / "trace.jsonl"
     monkeypatch.setenv("DMLSHIM_TRACE", str(path))
@@ -303,7 +309,6 @@ def test_traces_never_contain_tensor_values(dml_device, tmp_path, monkeypatch, c
     assert any("E_OUTOFMEMORY" in m for m in messages)
 
 
-@pytest.mark.emulated_only
 def test_log_trace_has_no_values(dml_device, monkeypatch, caplog):
     monkeypatch.setenv("DMLSHIM_TRACE", "1")
     dmlshim.activate()
@@ -328,7 +333,8 @@ def _rss_bytes():
         return psutil.Process().memory_info().rss
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(
+    reason="injects a failing emulation.Rule for aten::hypot (auto's CPU retry, 300 times)")
 def test_no_leak_over_300_inferences_and_caches_freed(active):
     dev = active
     torch.manual_seed(0)

@@ -19,7 +19,9 @@ from dmlshim import emulation, reported
 from dmlshim.emulation.rules import default_rules, unconfirmed_rules
 from dmlshim.patches import _select
 
-pytestmark = pytest.mark.emulated_only
+pytestmark = pytest.mark.emulated_only(
+    reason="turns each reported row's emulator rule on and off (emulation.configure) to assert "
+           "probe, repro and fix both ways")
 CPU = torch.device("cpu")
 DEFECTS = {d.row: d for d in reported.REPORTED}
 

@@ -85,11 +85,14 @@ def test_report_rows_and_table(dml_device):
     assert json.dumps(report.to_dict())
 
 
-def test_summary_table_at_exit(tmp_path):
+# the test device in a child: a process with torch_directml loaded cannot install the emulator
+CHILD_DEVICE = {"emulated": "from dmlshim import emulation\ndev = emulation.install()\n",
+                "directml": "import torch_directml\ndev = torch_directml.device()\n"}
+
+
+def test_summary_table_at_exit(tmp_path, device_kind):
     path = tmp_path / "t.jsonl"
-    code = ("import torch, dmlshim\n"
-            "from dmlshim import emulation\n"
-            "dev = emulation.install()\n"
+    code = ("import torch, dmlshim\n" + CHILD_DEVICE[device_kind] +
             "dmlshim.activate(fallback='known')\n"
             "torch.cat([torch.ones(2).to(dev), torch.zeros(0).to(dev)])\n")
     env = dict(os.environ, DMLSHIM_TRACE=str(path))

@@ -1,11 +1,15 @@
 """examples/zoo.py: the compatibility table, on three FunASR families (fast)."""
 import json
 
+import pytest
+
 import dmlshim
 
 import zoo  # examples/, on sys.path via conftest.py
 
 
+@pytest.mark.emulated_only(reason="examples/zoo.py runs the model zoo on emulation.install() in this "
+                                   "process (it has no --device)")
 def test_zoo_table_rows_and_results_file(tmp_path, capsys, dml_device, profile):
     path = tmp_path / "zoo.json"
     try:
