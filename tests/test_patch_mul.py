@@ -54,6 +54,33 @@ def test_without_shim_float_times_bool_is_bool(dml_device, data, form):
     assert FORMS[form](x, m).dtype == torch.float32
 
 
+BESIDE_A_BOOL = {    # measured on the real 0.2.5 binary: each of these comes back bool
+    "m * 3": lambda x, m: m * 3,
+    "3 * m": lambda x, m: 3 * m,
+    "m * 2.5": lambda x, m: m * 2.5,
+    "x * True": lambda x, m: x * True,
+    "m * int64": lambda x, m: m * x.long(),
+    "int64 * m": lambda x, m: x.long() * m,
+    "torch.mul(m, 3)": lambda x, m: torch.mul(m, 3),
+}
+
+
+@pytest.mark.parametrize("form", list(BESIDE_A_BOOL))
+def test_without_shim_any_operand_beside_a_bool_makes_bool(dml_device, data, form):
+    dmlshim.deactivate()
+    x, m, xd, md = data
+    assert BESIDE_A_BOOL[form](xd, md).dtype == torch.bool
+    assert BESIDE_A_BOOL[form](x, m).dtype != torch.bool
+
+
+@pytest.mark.parametrize("form", list(BESIDE_A_BOOL))
+def test_with_shim_an_operand_beside_a_bool_equals_cpu(shim, data, form, assert_parity):
+    x, m, xd, md = data
+    got = BESIDE_A_BOOL[form](xd, md)
+    assert got.device == xd.device
+    assert_parity(got.cpu(), BESIDE_A_BOOL[form](x, m))
+
+
 @pytest.mark.parametrize("form", list(FORMS))
 def test_with_shim_every_entry_point_equals_cpu(shim, data, form, assert_parity):
     x, m, xd, md = data

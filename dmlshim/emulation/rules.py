@@ -109,10 +109,14 @@ def _tensors(args, kwargs):
     return found
 
 
-def _float_times_bool(self, other, *_, **__):
-    return (isinstance(other, torch.Tensor) and
-            ((self.is_floating_point() and other.dtype == torch.bool)
-             or (self.dtype == torch.bool and other.is_floating_point())))
+def _is_bool(value):
+    return value.dtype == torch.bool if isinstance(value, Tensor) else isinstance(value, bool)
+
+
+def _bool_times_other(self, other, *_, **__):
+    """A bool operand beside one that is not: a float, int64 or bool tensor, or a Python
+    number or bool, either order (each measured on the real 0.2.5 binary)."""
+    return _is_bool(self) != _is_bool(other)
 
 
 def _host(t):
@@ -124,8 +128,9 @@ def _host(t):
 def _bool_product(self, other, *_, **__):
     # measured on the real 0.2.5 binary: a float operand is truncated to an integer
     # first, so 0.5 * True is False and -1.2 * True is True
-    host = [_host(t).trunc() if t.is_floating_point() else _host(t) for t in (self, other)]
-    return _backend.to_device(torch.logical_and(*host))
+    host = [_host(t) if isinstance(t, Tensor) else torch.as_tensor(t) for t in (self, other)]
+    return _backend.to_device(torch.logical_and(*(t.trunc() if t.is_floating_point() else t
+                                                  for t in host)))
 
 
 def _in_device_autocast(*_, **__):
@@ -595,9 +600,10 @@ def unconfirmed_rules():
 def default_rules():
     """DirectML's known quirks, one rule each (failure_modes.md rows cited)."""
     return [
-        Rule("mul.Tensor", when=_float_times_bool, replace=_bool_product,
+        Rule(("mul.Tensor", "mul.Scalar"), when=_bool_times_other, replace=_bool_product,
              source="failure_modes.md #17; microsoft/DirectML#686, #737: float * bool "
-                    "returns a bool tensor (silent)"),
+                    "returns a bool tensor (silent); on the real 0.2.5 binary any operand "
+                    "beside a bool one, a Python number included"),
         Rule("*", when=_in_device_autocast, error=NotImplementedError,
              message="Could not run this op with arguments from the 'AutocastPrivateUse1' "
                      "backend (emulated: torch-directml registers no autocast kernels)",
