@@ -135,7 +135,7 @@ def test_every_group_has_its_defect():
         "fallback_out", "max_pool_ceil"}
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(reason="injects the rules of one defect with emulation.configure()")
 @pytest.mark.parametrize("name", MODELLED)
 def test_rule_on_fails_raw_and_is_fixed(dml_device, shim_off, name, assert_parity, assert_differs):
     emulation.configure(rules=_rules_of(name))
@@ -159,7 +159,7 @@ def test_rule_on_fails_raw_and_is_fixed(dml_device, shim_off, name, assert_parit
     assert DEFECTS[name].probe(dml_device).broken                       # probes see the raw device
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(reason="removes one defect's rules with emulation.configure()")
 @pytest.mark.parametrize("name", MODELLED)
 def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if r not in _rules_of(name)])
@@ -169,7 +169,6 @@ def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_par
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
 
 
-@pytest.mark.emulated_only
 def test_cpu_errors_stay_the_cpus(dml_device, shim_off):
     """A call the CPU refuses too raises the CPU's error, not DirectML's."""
     dmlshim.activate(fallback="known")
@@ -177,7 +176,7 @@ def test_cpu_errors_stay_the_cpus(dml_device, shim_off):
         _mm(torch.ones(0, 2).to(dml_device), torch.ones(3, 3).to(dml_device))
 
 
-@pytest.mark.emulated_only
+@pytest.mark.emulated_only(reason="counts native calls with emulation.records()")
 def test_a_working_call_stays_on_the_device(dml_device, shim_off, assert_parity):
     dmlshim.activate(fallback="known")
     emulation.reset_records()
