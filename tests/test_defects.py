@@ -20,7 +20,7 @@ pytestmark = pytest.mark.emulated_only(
 BY_NAME = {d.name: d for d in defects.CORE}
 # defect -> the default emulator rules that produce it
 RULES = {
-    "float_times_bool": lambda r: r.op == "mul.Tensor",
+    "float_times_bool": lambda r: r.when is rules._bool_times_other,
     "empty_cat": lambda r: r.op == "cat",
     "lstm": lambda r: isinstance(r.op, str) and r.op.startswith("_thnn_fused_lstm"),
     "gru": lambda r: isinstance(r.op, str) and r.op.startswith("_thnn_fused_gru"),
