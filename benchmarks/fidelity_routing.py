@@ -66,6 +66,12 @@ SPECIFIC = {
                   "tensor, silently not sparse (measured); the emulator's sparse result has no "
                   "storage to alias and raises. No model seen needs it.",
     "_to_sparse.sparse_dim": "as `_to_sparse` (the CPU fallback's sparse result)",
+    "max_pool2d_with_indices_backward":
+        "backward not modelled (emulation/rules_refused.py): the emulator gives `max_pool2d`'s "
+        "`ceil_mode` forward the real binary's floor-mode shape (defect max_pool_ceil), so a "
+        "backward sample handed the ceil shape's gradient meets the CPU kernel's shape check; "
+        "the real backward runs and misplaces the gradients (measured). dmlshim's max_pool_ceil "
+        "fix sends forward and backward to the CPU.",
 }
 
 
