@@ -111,8 +111,9 @@ OBSERVED: Tuple[Defect, ...] = (
            "DirectML.') or of integers (E_INVALIDARG)", _probe(_avg_pool_refused),
            ("refused:avg_pool_refused",)),
     Defect("zero_size_refused", "none", _REFUSED,
-           "mm/addmm with a zero-size operand, index_select of a 0-dim tensor (E_INVALIDARG), "
-           "adaptive_avg_pool2d of an empty batch", _probe(_zero_size_refused),
+           "mm/addmm with a zero-size operand, index_select of a 0-dim tensor, gather with an "
+           "empty index, repeat/tile with an empty result (E_INVALIDARG), adaptive_avg_pool2d of "
+           "an empty batch", _probe(_zero_size_refused),
            ("refused:zero_size_refused",)),
     Defect("int_math_refused", "none", _REFUSED,
            "log10/log2/isnan/isinf (E_INVALIDARG) and sinc (CreateOperator) of integer or bool "

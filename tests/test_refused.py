@@ -28,6 +28,7 @@ _mm, _addmm, _index_select, _log2, _log10, _isnan, _isinf, _sinc = (
 _conv3d, _conv2d, _avg_pool2d, _avg_pool3d = F.conv3d, F.conv2d, F.avg_pool2d, F.avg_pool3d
 _scatter_add, _scatter, _diagonal_scatter, _slice_scatter = (
     torch.scatter_add, torch.scatter, torch.diagonal_scatter, torch.slice_scatter)
+_gather, _repeat, _tile = torch.gather, torch.Tensor.repeat, torch.tile
 
 
 def _ramp(*shape, dtype=torch.float32):
@@ -55,7 +56,10 @@ def _zero_size_refused(d):
             _mm(torch.ones(2, 0).to(d), torch.ones(0, 3).to(d)),          # zeros, not empty
             F.linear(torch.ones(0, 3).to(d), torch.ones(4, 3).to(d), torch.ones(4).to(d)),
             _index_select(torch.tensor(2.5).to(d), 0, torch.tensor([0]).to(d)),
-            F.adaptive_avg_pool1d(torch.ones(0, 8, 8).to(d), 5))
+            F.adaptive_avg_pool1d(torch.ones(0, 8, 8).to(d), 5),
+            _gather(_ramp(2, 3).to(d), 1, torch.zeros(2, 0, dtype=torch.int64).to(d)),
+            _repeat(torch.ones(0, 3).to(d), 2, 3), _repeat(_ramp(2, 3).to(d), 0, 2),
+            _tile(_ramp(2, 3).to(d), (0, 1)))
 
 
 def _int_math_refused(d):
@@ -101,7 +105,8 @@ MODELLED = sorted(set(REPROS) - {"storage_scatter"})
 RULE_OPS = {"fallback_out": (rules_refused.FALLBACK_OUT_OPS,), "max_pool_ceil": ("max_pool2d_with_indices",),
             "conv_refused": ("convolution_overrideable",),
             "avg_pool_refused": (("avg_pool2d", "avg_pool3d"),),
-            "zero_size_refused": ("mm", "addmm", "index_select", "_adaptive_avg_pool2d"),
+            "zero_size_refused": ("mm", "addmm", "index_select", "_adaptive_avg_pool2d", "gather",
+                                  "repeat"),
             "int_math_refused": (("log10", "log2", "isnan", "isinf"), "sinc"),
             "scatter_partial": (("scatter", "scatter_", "scatter_add", "scatter_add_"),)}
 

@@ -11,8 +11,7 @@ The ``*_scatter`` ops' ``has_storage()`` assert (``storage_scatter``) is ``rules
 (the emulator registers kernels for those composites: ``opaque.STRIDED_CLONES``).
 Not modelled: which transposed
 convolutions fail (seen for stride 3, groups 2, dilation 4, output_padding 2; the
-conditions are not isolated); ``gather`` with an empty index and ``repeat`` of an empty
-tensor (their overloads hold other patches' kernels).
+conditions are not isolated).
 """
 from __future__ import annotations
 
@@ -56,6 +55,15 @@ def _addmm_zero_size(self, mat1, mat2, *_, **__):
 
 def _zero_dim(self, *_, **__):
     return self.dim() == 0
+
+
+def _empty_index(self, dim, index, *_, **__):
+    return index.numel() == 0
+
+
+def _empty_repeat(self, repeats):
+    """An empty input or a zero repeat: the result has no elements."""
+    return self.numel() == 0 or 0 in [int(r) for r in repeats]
 
 
 def _empty_batch(self, *_, **__):
@@ -126,6 +134,9 @@ def refused_cases():
         dict(op="addmm", when=_addmm_zero_size,
              source=SOURCE.format("addmm with a zero-size operand, F.linear of an empty batch (E_INVALIDARG)")),
         dict(op="index_select", when=_zero_dim, source=SOURCE.format("index_select of a 0-dim tensor (E_INVALIDARG)")),
+        dict(op="gather", when=_empty_index, source=SOURCE.format("gather with an empty index (E_INVALIDARG)")),
+        dict(op="repeat", when=_empty_repeat,
+             source=SOURCE.format("repeat/tile with an empty result (E_INVALIDARG)")),
         dict(op="_adaptive_avg_pool2d", when=_empty_batch, message=_empty_batch_message,
              source=SOURCE.format("adaptive_avg_pool of an empty batch (torch's check)")),
         dict(op=("log10", "log2", "isnan", "isinf"), when=_integer,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -51,17 +51,52 @@ def on_cpu(op, args, kwargs) -> Done:
                            op, args, kwargs), record=False)
 
 
-def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> Optional[torch.library.Library]:
-    """A ``Library`` holding ``table``'s kernels at BackendSelect (None: no dispatch key
-    for ``target``).  ``library._destroy()`` removes them."""
+# One BackendSelect kernel per overload, shared by every patch module that fixes it (the
+# ``refused`` retry and ``gather``'s strided fix both hold ``aten::gather``): a Library per
+# overload, destroyed when its last fix is uninstalled.  Fixes run in install order and the
+# first that answers (not None) wins, so a fix that always answers (``refused``'s retry)
+# belongs to a patch installed after those that pass (``patches.REGISTRY``'s order).
+_chains: Dict[torch._ops.OpOverload, List[Fix]] = {}
+_libraries: Dict[torch._ops.OpOverload, torch.library.Library] = {}
+
+
+def _chain(op) -> Fix:
+    def fix(op, keyset, args, kwargs):
+        for each in list(_chains.get(op, ())):
+            fixed = each(op, keyset, args, kwargs)
+            if fixed is not None:
+                return fixed
+        return None
+    return fix
+
+
+def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> bool:
+    """``table``'s fixes added to their overloads' chains, a BackendSelect kernel registered
+    for an overload that had none (False: no dispatch key for ``target``)."""
     backend = backend_key(target)
     if backend is None:
-        return None
-    library = torch.library.Library("aten", "IMPL")
+        return False
     for op, fix in table.items():
-        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend, aside=aside),
-                     "BackendSelect", with_keyset=True)
-    return library
+        _chains.setdefault(op, []).append(fix)
+        if op not in _libraries:
+            library = torch.library.Library("aten", "IMPL")
+            library.impl(op.name().split("::", 1)[1], fix_kernel(op, _chain(op), backend, aside=aside),
+                         "BackendSelect", with_keyset=True)
+            _libraries[op] = library
+    return True
+
+
+def unregister(table: Dict[torch._ops.OpOverload, Fix]) -> None:
+    """``table``'s fixes out of their chains; an overload left without one loses its kernel."""
+    for op, fix in table.items():
+        chain = _chains.get(op, [])
+        if fix in chain:
+            chain.remove(fix)
+        if not chain:
+            _chains.pop(op, None)
+            library = _libraries.pop(op, None)
+            if library is not None:
+                library._destroy()
 
 
 class Kernels:
@@ -69,16 +104,16 @@ class Kernels:
 
     def __init__(self, table: Dict[torch._ops.OpOverload, Fix]):
         self.table = table
-        self._library = None
+        self._installed = False
 
     def install(self, ctx) -> None:
-        if self._library is None:
-            self._library = register(self.table, ctx.target)
+        if not self._installed:
+            self._installed = register(self.table, ctx.target)
 
     def uninstall(self) -> None:
-        library, self._library = self._library, None
-        if library is not None:
-            library._destroy()
+        if self._installed:
+            self._installed = False
+            unregister(self.table)
 
     def installed(self) -> bool:
-        return self._library is not None
+        return self._installed

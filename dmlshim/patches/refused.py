@@ -13,8 +13,8 @@ device.  A try, not a test of the inputs: the conditions are only partly known (
 transposed convolutions fail, others with the same dtype do not), and a try costs nothing
 where the device works.  The ``*_scatter`` ops always fail (torch's composite clones
 through the storage an opaque DirectML tensor lacks), so they go to the CPU without one.
-``gather`` with an empty index and ``repeat`` of an empty tensor fail too, but their
-overloads hold the ``gather`` and ``repeat`` patches' kernels.
+``gather`` and ``repeat`` share their overloads with the ``gather`` and ``repeat`` patches
+(``_select``'s chain: those fixes first, the retry last).
 """
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ GROUPS: Dict[str, Tuple[torch._ops.OpOverload, ...]] = {
     "conv_refused": (_aten.convolution.default,),
     "avg_pool_refused": (_aten.avg_pool2d.default, _aten.avg_pool3d.default),
     "zero_size_refused": (_aten.mm.default, _aten.addmm.default, _aten.index_select.default,
-                          _aten._adaptive_avg_pool2d.default),
+                          _aten._adaptive_avg_pool2d.default, _aten.gather.default,
+                          _aten.repeat.default),
     "int_math_refused": (_aten.log10.default, _aten.log2.default, _aten.isnan.default,
                          _aten.isinf.default, _aten.sinc.default),
     "scatter_partial": (_aten.scatter.src, _aten.scatter.value, _aten.scatter.reduce,
