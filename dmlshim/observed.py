@@ -83,6 +83,22 @@ def _max_pool_ceil(device):
                                           ceil_mode=True)
 
 
+def _adaptive_pool(device):
+    """`adaptive_avg_pool1d` of an 8-value ramp of squares to 3."""
+    return F.adaptive_avg_pool1d((torch.arange(8.0) ** 2).view(1, 1, 8).to(device), 3)
+
+
+def _masked_select(device):
+    """`masked_select` of `arange(3)` under a 2x3 mask."""
+    mask = torch.tensor([[True, False, True], [False, True, True]])
+    return torch.masked_select(torch.arange(3.0).to(device), mask.to(device))
+
+
+def _pad_negative(device):
+    """`F.pad(x, (-1, 1), "replicate")` of a 6-value ramp."""
+    return F.pad(torch.arange(6.0).view(1, 1, 6).to(device), (-1, 1), mode="replicate")
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -125,6 +141,16 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("fallback_out", "none", _REFUSED,
            "eye, kthvalue, median/nanmedian(dim), linalg.lstsq return shape [0]: the CPU fallback "
            "does not grow their empty out= (silent)", _probe(_fallback_out), ("fallback_out",)),
+    Defect("adaptive_pool", "none", _REFUSED,
+           "adaptive_avg_pool (and interpolate 'area') off DirectML's window grid (stride = in // "
+           "out, kernel = in - (out-1)*stride) or upsampling (silent)", _probe(_adaptive_pool),
+           ("adaptive_pool",)),
+    Defect("masked_select_broadcast", "none", _REFUSED,
+           "masked_select with an input that broadcasts to the mask: too few values (silent)",
+           _probe(_masked_select), ("masked_select",)),
+    Defect("pad_negative", "none", _REFUSED,
+           "replicate pad with a negative begin pad: the last value everywhere (silent); constant "
+           "pad with mixed signs refused", _probe(_pad_negative), ("pad_negative",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

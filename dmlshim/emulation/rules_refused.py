@@ -23,6 +23,8 @@ SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no 
 DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
 SCATTER_MESSAGE = ("DirectML scatter doesn't allow partially modified dimensions. Please update the "
                    "dimension so that the indices and input only differ in the provided dimension.")
+MIXED_PADS = ("torch-dml currently doesn't support a mix of positive and negative padding values, "
+              "must be all positive or all negative.")
 CREATE_OPERATOR = "m_device->CreateOperator(&opDesc, IID_PPV_ARGS(&op))"
 
 
@@ -118,6 +120,70 @@ def _floor_mode(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
     return out, indices
 
 
+def _off_grid(self, output_size):
+    from ..patches.adaptive_pool import dml_windows_agree
+    sizes = self.shape[-len(output_size):]
+    return not all(dml_windows_agree(int(i), int(o)) for i, o in zip(sizes, output_size))
+
+
+def _grid(size, out, dtype):
+    """DirectML's averaging matrix for one dimension: ``stride = size // out``, ``kernel =
+    size - (out-1)*stride`` (measured); an upsampling (stride 0) averages everything."""
+    stride = size // out
+    kernel = size - (out - 1) * stride
+    weights = torch.zeros(out, size, dtype=dtype)
+    for j in range(out):
+        weights[j, j * stride:j * stride + kernel] = 1.0 / kernel
+    return weights
+
+
+def _dml_adaptive_pool(self, output_size):
+    """The real binary's grid (its upsampling returns an earlier call's values: modelled as
+    the mean of the input)."""
+    def pool(x, output_size):
+        h, w = _grid(x.size(-2), output_size[0], x.dtype), _grid(x.size(-1), output_size[1], x.dtype)
+        return h @ x @ w.t()
+    return _backend.run_on_cpu(torch.ops.aten._adaptive_avg_pool2d.default, (self, output_size), {}, kernel=pool)
+
+
+def _input_broadcasts(self, mask):
+    return torch.broadcast_shapes(self.shape, mask.shape) != self.shape
+
+
+def _dml_masked_select(self, mask):
+    """The first ``self.numel()`` of the broadcast mask's True positions, each read from the
+    flat input clamped to its end (measured: ``arange(3)`` under a 2x3 mask gives ``[0, 2, 2]``)."""
+    def select(x, m):
+        shape = torch.broadcast_shapes(x.shape, m.shape)
+        where = m.expand(shape).reshape(-1).nonzero().flatten()[:x.numel()]
+        return x.reshape(-1)[where.clamp(max=x.numel() - 1)]
+    return _backend.run_on_cpu(torch.ops.aten.masked_select.default, (self, mask), {}, kernel=select)
+
+
+def _negative_begin(self, padding):
+    return any(int(p) < 0 for p in padding[0::2])
+
+
+def _dml_replication_pad(self, padding):
+    """Replication as index maps, one per dimension; a dimension with a negative begin pad
+    reads the input's last value everywhere (measured)."""
+    def pad(x, padding):
+        for i in range(len(padding) // 2):
+            dim, begin, end = x.dim() - 1 - i, int(padding[2 * i]), int(padding[2 * i + 1])
+            size = x.size(dim)
+            positions = torch.arange(size + begin + end)
+            index = torch.full_like(positions, size - 1) if begin < 0 else (positions - begin).clamp(0, size - 1)
+            x = x.index_select(dim, index)
+        return x
+    op = getattr(torch.ops.aten, f"replication_pad{len(padding) // 2}d").default
+    return _backend.run_on_cpu(op, (self, padding), {}, kernel=pad)
+
+
+def _mixed_signs(self, pad, *_, **__):
+    pad = [int(p) for p in pad]
+    return min(pad) < 0 < max(pad)
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -145,6 +211,15 @@ def refused_cases():
              source=SOURCE.format("sinc of integer or bool tensors")),
         dict(op=("scatter", "scatter_", "scatter_add", "scatter_add_"), when=_partial, message=SCATTER_MESSAGE,
              source=SOURCE.format("scatter with an index smaller than self outside dim")),
+        dict(op="_adaptive_avg_pool2d", when=_off_grid, replace=_dml_adaptive_pool,
+             source=SOURCE.format("adaptive_avg_pool off DirectML's window grid: stride in // out, "
+                                  "kernel in - (out-1)*stride (silent)")),
+        dict(op="masked_select", when=_input_broadcasts, replace=_dml_masked_select,
+             source=SOURCE.format("masked_select with an input that broadcasts to the mask (silent)")),
+        dict(op=("replication_pad1d", "replication_pad2d"), when=_negative_begin, replace=_dml_replication_pad,
+             source=SOURCE.format("replicate pad with a negative begin pad (silent)")),
+        dict(op="constant_pad_nd", when=_mixed_signs, message=MIXED_PADS,
+             source=SOURCE.format("constant pad with mixed signs")),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),

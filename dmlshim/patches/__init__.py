@@ -121,6 +121,14 @@ REGISTRY: Tuple[Patch, ...] = (
                    "relu(x) - w * (-x).clamp_min(0), on the device"),
     Patch("repeat", "Tensor.repeat with more than 4 dimensions refused: 'must be 4 or lower' "
                     "(ComfyUI#5860; #61): one cat per repeated dimension, on the device"),
+    Patch("adaptive_pool", "adaptive_avg_pool with windows off DirectML's grid (stride = in // out; "
+                           "upsampling) is silently wrong (measured on the real 0.2.5 binary): on the CPU"),
+    Patch("masked_select", "masked_select with an input that broadcasts to the mask comes back too short "
+                           "(measured on the real 0.2.5 binary): both expanded first, on the device"),
+    Patch("pad_negative", "replication_pad with a negative begin pad is silently wrong, constant_pad_nd "
+                          "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
+    # refused's retry answers every call it holds, so it comes after the fixes that share
+    # its overloads (gather, repeat, adaptive_pool: _select's chain runs in install order)
     Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "
                      "divisor_override, zero-size mm/addmm, integer log2/isnan/sinc, partial scatter, "
                      "the *_scatter ops): retried on the CPU at BackendSelect, however reached"),

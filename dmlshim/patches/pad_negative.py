@@ -1,0 +1,55 @@
+"""Negative padding on the real torch-directml 0.2.5 binary.
+
+``replication_pad1d``/``2d`` with a negative begin pad (left, top) is silently wrong: every
+value along that dimension is the input's last one (a negative end pad is right).
+``constant_pad_nd`` with pads of both signs is refused: "torch-dml currently doesn't support
+a mix of positive and negative padding values".  A negative pad only crops, so the fix crops
+first (``narrow``: a view) and pads the rest with the pads made non-negative, on the device.
+No public report (OpInfo's ``pad`` ``replicate_negative`` samples; docs/defects.md).
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import torch
+
+from . import _select
+
+_aten = torch.ops.aten
+
+
+def crop(x: torch.Tensor, pad: Sequence[int]) -> Tuple[torch.Tensor, List[int]]:
+    """``x`` narrowed by ``pad``'s negative entries (``F.pad``'s order: last dimension first,
+    begin then end) and the pads left to apply (each ``max(p, 0)``)."""
+    pad = [int(p) for p in pad]
+    for i in range(len(pad) // 2):
+        dim = x.dim() - 1 - i
+        begin, end = max(-pad[2 * i], 0), max(-pad[2 * i + 1], 0)
+        x = x.narrow(dim, begin, max(x.size(dim) - begin - end, 0))
+    return x, [max(p, 0) for p in pad]
+
+
+def _cropped(x, pad, rest, kwargs):
+    cropped, pad = crop(x, pad)
+    if 0 in cropped.shape[x.dim() - len(pad) // 2:]:
+        return None                               # nothing left: the device's own error
+    return (cropped, pad) + tuple(rest), kwargs
+
+
+def _negative_begin(op, keyset, args, kwargs):
+    if not any(int(p) < 0 for p in args[1][0::2]):
+        return None
+    return _cropped(args[0], args[1], args[2:], kwargs)
+
+
+def _mixed_signs(op, keyset, args, kwargs):
+    pad = [int(p) for p in args[1]]
+    if not (min(pad) < 0 < max(pad)):
+        return None
+    return _cropped(args[0], pad, args[2:], kwargs)
+
+
+_kernels = _select.Kernels({_aten.replication_pad1d.default: _negative_begin,
+                            _aten.replication_pad2d.default: _negative_begin,
+                            _aten.constant_pad_nd.default: _mixed_signs})
+install, uninstall = _kernels.install, _kernels.uninstall

@@ -1,0 +1,141 @@
+"""Silent wrong values and a refusal measured on the real torch-directml 0.2.5 binary with
+OpInfo's samples, both ways: ``adaptive_avg_pool`` off DirectML's window grid
+(patches/adaptive_pool.py), ``masked_select`` with an input that broadcasts to the mask
+(patches/masked_select.py), negative padding (patches/pad_negative.py).
+
+Each repro calls the op through a reference bound before ``activate()``, as OpInfo does,
+and through the composites that reach it (``F.interpolate(mode="area")``, ``F.pad``).
+Without dmlshim the emulator's rule (``emulation/rules_refused.py``) gives the real
+binary's answer; with it the result equals the CPU's.  The tests without the marker run on
+the real device too (``DMLSHIM_TEST_DEVICE=directml``).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dmlshim
+from dmlshim import emulation, observed, patches, probing
+from dmlshim.emulation import rules
+from dmlshim.patches.adaptive_pool import dml_windows_agree
+from dmlshim.patches.pad_negative import crop
+from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
+
+CPU = torch.device("cpu")
+DEFECTS = {d.name: d for d in observed.OBSERVED}
+_adaptive_avg_pool1d, _adaptive_avg_pool2d, _torch_masked_select = (
+    F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, torch.masked_select)
+
+
+def _ramp(*shape):
+    return (torch.arange(float(torch.Size(shape).numel())) ** 2 % 17).view(shape)
+
+
+def _adaptive_pool(d):
+    """Off the grid (8 -> 3, 6 -> 4, an upsampling 3 -> 5, area 6x6 -> 4x3) and on it (7 -> 3,
+    8 -> 4), float32 and float16."""
+    line, image = _ramp(2, 3, 8).to(d), _ramp(1, 2, 6, 6).to(d)
+    return (_adaptive_avg_pool1d(line, 3), _adaptive_avg_pool1d(line[..., :6], 4),
+            _adaptive_avg_pool1d(line[..., :3], 5), _adaptive_avg_pool1d(line[..., :7], 3),
+            _adaptive_avg_pool1d(line, 4), _adaptive_avg_pool2d(image, (4, 3)),
+            F.interpolate(image, size=(4, 3), mode="area"), _adaptive_avg_pool1d(line.half(), 3))
+
+
+def _masked_select(d):
+    """Inputs that broadcast to the mask (a row, a column, 0-dim, more dims) and a mask that
+    broadcasts to the input."""
+    mask = torch.tensor([[True, False, True], [False, True, True]]).to(d)
+    return (_torch_masked_select(torch.arange(3.0).to(d), mask), _torch_masked_select(torch.tensor(7.0).to(d), mask),
+            _torch_masked_select(_ramp(2, 1).to(d), mask[:1]), _torch_masked_select(_ramp(4, 1, 3).to(d), mask),
+            _torch_masked_select(_ramp(2, 3).to(d), mask[1]))
+
+
+def _pad_negative(d):
+    """Replicate pads with a negative begin (1-D, 2-D), a negative end, and a constant pad of
+    mixed signs."""
+    line, image = _ramp(1, 2, 6).to(d), _ramp(1, 2, 5, 6).to(d)
+    return (F.pad(line, (-1, 1), mode="replicate"), F.pad(line, (-2, -1), mode="replicate"),
+            F.pad(image, (0, 0, -1, 2), mode="replicate"), F.pad(image, (-1, 0, -1, 0), mode="replicate"),
+            F.pad(line, (2, -1), mode="replicate"), F.pad(line, (-1, 2), value=3.0),
+            F.pad(image, (1, -2, -1, 0)))
+
+
+REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
+          "pad_negative": _pad_negative}
+PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
+         "pad_negative": "pad_negative"}
+RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
+            "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd")}
+
+
+def _rules_of(name):
+    return [r for r in rules.observed_rules() if r.op in RULE_OPS[name] and "OpInfo samples" in r.source
+            and "empty batch" not in r.source]
+
+
+@pytest.mark.parametrize("name", sorted(REPROS))
+def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status[name] == probing.DETECTED
+    assert PATCH[name] in patches.installed()
+    assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
+
+
+def test_probes_pass_on_the_cpu():
+    assert not any(DEFECTS[n].probe(CPU).broken for n in REPROS)
+
+
+@pytest.mark.emulated_only(reason="injects the rules of one defect with emulation.configure()")
+@pytest.mark.parametrize("name", sorted(REPROS))
+def test_rule_on_differs_raw_and_is_fixed(dml_device, shim_off, name, assert_parity, assert_differs):
+    emulation.configure(rules=_rules_of(name))
+    assert DEFECTS[name].probe(dml_device).broken
+    probe_case = getattr(observed, "_" + PATCH[name])                    # silent: the probe's case
+    assert_differs(probe_case(dml_device), probe_case(CPU))
+    dmlshim.activate(fallback="known")
+    assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == [name]
+    assert PATCH[name] in patches.installed()
+    assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
+
+
+@pytest.mark.emulated_only(reason="removes one defect's rules with emulation.configure()")
+@pytest.mark.parametrize("name", sorted(REPROS))
+def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
+    emulation.configure(rules=[r for r in rules.default_rules() if r not in _rules_of(name)])
+    dmlshim.activate(fallback="known")
+    assert probing.last().status[name] == probing.NOT_DETECTED
+    assert PATCH[name] not in patches.installed()
+    assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
+
+
+@pytest.mark.emulated_only(reason="injects the constant_pad_nd rule with emulation.configure()")
+def test_mixed_sign_constant_pad_is_refused_raw(dml_device, shim_off):
+    emulation.configure(rules=_rules_of("pad_negative"))
+    with pytest.raises(RuntimeError, match="mix of positive and negative padding"):
+        F.pad(_ramp(1, 2, 6).to(dml_device), (-1, 2))
+
+
+@pytest.mark.emulated_only(reason="counts native calls with emulation.records()")
+def test_calls_on_the_grid_stay_on_the_device(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    emulation.reset_records()
+    dmlshim.trace.reset()
+    x = _ramp(1, 2, 8).to(dml_device)
+    assert_parity(_adaptive_avg_pool1d(x, 4), _adaptive_avg_pool1d(_ramp(1, 2, 8), 4))
+    assert_parity(F.pad(x, (-1, 1), mode="replicate"), F.pad(_ramp(1, 2, 8), (-1, 1), mode="replicate"))
+    assert emulation.records()["_adaptive_avg_pool2d"]["native"] == 1
+    assert emulation.records()["replication_pad1d"]["native"] == 1
+    assert not [r for r in dmlshim.report().rows if "cpu" in r["actions"]]
+
+
+@pytest.mark.parametrize("size, out, agree", [(8, 4, True), (7, 3, True), (5, 2, True), (9, 1, True),
+                                              (8, 3, False), (6, 4, False), (3, 5, False), (1, 3, False)])
+def test_window_grid_as_measured(size, out, agree):
+    """The grid cases measured on the real binary (docs/defects.md)."""
+    assert dml_windows_agree(size, out) is agree
+
+
+def test_crop_takes_negative_pads_as_slices(assert_same):
+    x = _ramp(2, 5, 6)
+    cropped, pad = crop(x, (-1, 2, 0, -3))
+    assert_same(cropped, x[:, :2, 1:])
+    assert pad == [0, 2, 0, 0]
