@@ -99,6 +99,11 @@ def _pad_negative(device):
     return F.pad(torch.arange(6.0).view(1, 1, 6).to(device), (-1, 1), mode="replicate")
 
 
+def _combinations(device):
+    """`torch.combinations` of a 3-value ramp, r = 2."""
+    return torch.combinations(torch.arange(3.0).to(device), 2)
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -151,6 +156,10 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("pad_negative", "none", _REFUSED,
            "replicate pad with a negative begin pad: the last value everywhere (silent); constant "
            "pad with mixed signs refused", _probe(_pad_negative), ("pad_negative",)),
+    Defect("combinations", "none", _REFUSED,
+           "torch.combinations: 'The size of tensor a (n) must match the size of tensor b (0)', "
+           "CreateOperator for one element (its C++ composite only)", _probe(_combinations),
+           ("combinations",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

@@ -1,7 +1,8 @@
-"""Silent wrong values and a refusal measured on the real torch-directml 0.2.5 binary with
+"""Silent wrong values and refusals measured on the real torch-directml 0.2.5 binary with
 OpInfo's samples, both ways: ``adaptive_avg_pool`` off DirectML's window grid
 (patches/adaptive_pool.py), ``masked_select`` with an input that broadcasts to the mask
-(patches/masked_select.py), negative padding (patches/pad_negative.py).
+(patches/masked_select.py), negative padding (patches/pad_negative.py), ``torch.combinations``
+(patches/combinations.py).
 
 Each repro calls the op through a reference bound before ``activate()``, as OpInfo does,
 and through the composites that reach it (``F.interpolate(mode="area")``, ``F.pad``).
@@ -59,12 +60,24 @@ def _pad_negative(d):
             F.pad(image, (1, -2, -1, 0)))
 
 
+def _combinations(d):
+    """Pairs, with replacement, ``r > n``, one element, ``r = 0``, and the gradient."""
+    x = torch.arange(1.0, 5.0).to(d).requires_grad_()
+    pairs = torch.combinations(x, 2)
+    pairs.backward(torch.linspace(-1, 1, pairs.numel()).view(pairs.shape).to(d))
+    one = torch.tensor([5.0]).to(d)
+    return (pairs.detach(), x.grad, torch.combinations(x.detach()[:3], 2, with_replacement=True),
+            torch.combinations(x.detach()[:3], 4), torch.combinations(one, 1), torch.combinations(one, 0),
+            torch.combinations(torch.arange(4).to(d), 3))
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
-          "pad_negative": _pad_negative}
+          "pad_negative": _pad_negative, "combinations": _combinations}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
-         "pad_negative": "pad_negative"}
+         "pad_negative": "pad_negative", "combinations": "combinations"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
-            "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd")}
+            "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
+            "combinations": ("combinations",)}
 
 
 def _rules_of(name):
@@ -89,8 +102,12 @@ def test_probes_pass_on_the_cpu():
 def test_rule_on_differs_raw_and_is_fixed(dml_device, shim_off, name, assert_parity, assert_differs):
     emulation.configure(rules=_rules_of(name))
     assert DEFECTS[name].probe(dml_device).broken
-    probe_case = getattr(observed, "_" + PATCH[name])                    # silent: the probe's case
-    assert_differs(probe_case(dml_device), probe_case(CPU))
+    probe_case = getattr(observed, "_" + PATCH[name])                    # the probe's case
+    if name == "combinations":
+        with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+            probe_case(dml_device)
+    else:
+        assert_differs(probe_case(dml_device), probe_case(CPU))          # silent
     dmlshim.activate(fallback="known")
     assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == [name]
     assert PATCH[name] in patches.installed()

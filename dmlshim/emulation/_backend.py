@@ -186,6 +186,20 @@ def _kernel(info, *args, **kwargs):
         raise
 
 
+# CompositeImplicitAutograd ops the real binary fails inside their C++ decomposition only
+# (each step called from Python is right there): a kernel at the Autograd and backend keys
+# gives a rule (rules_refused.py) a place to fail them.
+FAILING_COMPOSITES = ("combinations",)
+
+
+def _composite_kernel(info):
+    """A rule's verdict, else torch's own decomposition (autograd intact)."""
+    def kernel(*args, **kwargs):
+        verdict = policy(info, args, kwargs)
+        return info.op.decompose(*args, **kwargs) if verdict is RUN else verdict
+    return kernel
+
+
 def _register_direct(op):
     """Give ``op`` its own PrivateUse1 kernel, :func:`_kernel` bound to its info."""
     _direct.add(op)
@@ -465,6 +479,10 @@ def register(policy_fn):
         _register_direct(op)
     for op in _ops_needing_direct_kernels():
         _register_direct(op)
+    for name in FAILING_COMPOSITES:
+        op = getattr(torch.ops.aten, name).default
+        for key in ("AutogradPrivateUse1", "PrivateUse1"):
+            _libraries[-1].impl(name, _composite_kernel(op_info(op)), key)
     for name in opaque.STRIDED_CLONES:   # composites the real binary fails (a rule raises)
         packet = getattr(torch.ops.aten, name)
         for overload in packet.overloads():

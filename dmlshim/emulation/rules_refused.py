@@ -184,6 +184,16 @@ def _mixed_signs(self, pad, *_, **__):
     return min(pad) < 0 < max(pad)
 
 
+def _r_positive(self, r=2, with_replacement=False):
+    return r >= 1
+
+
+def _combinations_message(self, r=2, with_replacement=False):
+    if self.numel() == 1:
+        return CREATE_OPERATOR
+    return f"The size of tensor a ({self.numel()}) must match the size of tensor b (0) at non-singleton dimension 1"
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -220,6 +230,9 @@ def refused_cases():
              source=SOURCE.format("replicate pad with a negative begin pad (silent)")),
         dict(op="constant_pad_nd", when=_mixed_signs, message=MIXED_PADS,
              source=SOURCE.format("constant pad with mixed signs")),
+        dict(op="combinations", when=_r_positive, message=_combinations_message,
+             source=SOURCE.format("torch.combinations, r >= 1 (its C++ composite; "
+                                  "_backend.FAILING_COMPOSITES)")),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),

@@ -1,0 +1,50 @@
+"""``torch.combinations`` fails on the real torch-directml 0.2.5 binary.
+
+Its C++ composite (``arange``, ``meshgrid``, a triangular bool mask, ``masked_select``,
+``stack``) raises "The size of tensor a (n) must match the size of tensor b (0)" for
+``n > 1`` inputs and ``m_device->CreateOperator`` for one element, while each of those steps
+called from Python is right (measured; not isolated further).  Fixed on the CPU: the whole
+op, at the target's Autograd and backend keys (as ``prelu``), its result back on the device
+(autograd through the round trip).  No public report (OpInfo's ``combinations`` samples).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import _select
+from ._wrap import Context
+from .dispatcher import backend_key
+
+_combinations = torch.ops.aten.combinations.default
+_library = None
+
+
+def _kernel(target: str):
+    def kernel(self, r=2, with_replacement=False):
+        if self.device.type == target and not _select.aside():
+            return _select.on_cpu(_combinations, (self, r, with_replacement), {}).result
+        return _combinations.decompose(self, r, with_replacement)
+    return kernel
+
+
+def install(ctx: Context) -> None:
+    global _library
+    backend = backend_key(ctx.target)
+    if _library is not None or backend is None:
+        return
+    library, kernel = torch.library.Library("aten", "IMPL"), _kernel(ctx.target)
+    with warnings.catch_warnings():
+        # the emulator holds kernels there (it models the failure); ours stand in for them
+        warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
+        for key in ("Autograd" + backend.name, backend.name):
+            library.impl("combinations", kernel, key)
+    _library = library
+
+
+def uninstall() -> None:
+    global _library
+    library, _library = _library, None
+    if library is not None:
+        library._destroy()
