@@ -104,6 +104,11 @@ def _combinations(device):
     return torch.combinations(torch.arange(3.0).to(device), 2)
 
 
+def _int_broadcast(device):
+    """`floor_divide` of a 2x3 int64 ramp by a row of 3."""
+    return torch.floor_divide((torch.arange(1, 7) * 10).view(2, 3).to(device), torch.tensor([1, 2, 3]).to(device))
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -160,6 +165,9 @@ OBSERVED: Tuple[Defect, ...] = (
            "torch.combinations: 'The size of tensor a (n) must match the size of tensor b (0)', "
            "CreateOperator for one element (its C++ composite only)", _probe(_combinations),
            ("combinations",)),
+    Defect("int_broadcast", "none", _REFUSED,
+           "integer div/remainder/floor_divide/atan2/pow of operands of different ranks: the "
+           "smaller one read as its first value (silent)", _probe(_int_broadcast), ("int_broadcast",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

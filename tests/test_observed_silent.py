@@ -2,7 +2,8 @@
 OpInfo's samples, both ways: ``adaptive_avg_pool`` off DirectML's window grid
 (patches/adaptive_pool.py), ``masked_select`` with an input that broadcasts to the mask
 (patches/masked_select.py), negative padding (patches/pad_negative.py), ``torch.combinations``
-(patches/combinations.py).
+(patches/combinations.py), integer division and powers of operands of different ranks
+(patches/int_broadcast.py).
 
 Each repro calls the op through a reference bound before ``activate()``, as OpInfo does,
 and through the composites that reach it (``F.interpolate(mode="area")``, ``F.pad``).
@@ -18,6 +19,7 @@ import dmlshim
 from dmlshim import emulation, observed, patches, probing
 from dmlshim.emulation import rules
 from dmlshim.patches.adaptive_pool import dml_windows_agree
+from dmlshim.patches import int_broadcast
 from dmlshim.patches.pad_negative import crop
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
@@ -71,13 +73,32 @@ def _combinations(d):
             torch.combinations(torch.arange(4).to(d), 3))
 
 
+def _int_broadcast(d):
+    """OpInfo's (5, 1) by (5,) int64 operands through each op, a row under a matrix, in place;
+    and what stays on the device's own route: a 0-dim divisor, equal ranks (atan2: below)."""
+    a, b = (torch.arange(-8, 2, 2).view(5, 1)).to(d), torch.tensor([-8, -3, 1, 4, 7]).to(d)
+    m, row = (torch.arange(1, 7) * 10).view(2, 3).to(d), torch.tensor([1, 2, 3]).to(d)
+    inplace = m.clone()
+    inplace.floor_divide_(row)
+    return (torch.div(a, b), torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
+            torch.true_divide(a, b), torch.remainder(a, b), torch.floor_divide(m, row),
+            torch.pow(a.abs(), row[:2].view(1, 2)[0]), inplace, m // 3, torch.floor_divide(m, row.view(1, 3)))
+
+
+def _int_atan2(d):
+    """atan2 of int64 and of bool operands of different ranks."""
+    a, b = (torch.arange(-8, 2, 2).view(5, 1)).to(d), torch.tensor([-8, -3, 1, 4, 7]).to(d)
+    return torch.atan2(a, b), torch.atan2(torch.tensor([[True], [False]]).to(d), torch.tensor([True, False]).to(d))
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
-          "pad_negative": _pad_negative, "combinations": _combinations}
+          "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
-         "pad_negative": "pad_negative", "combinations": "combinations"}
+         "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
-            "combinations": ("combinations",)}
+            "combinations": ("combinations",),
+            "int_broadcast": tuple(op.name().split("::", 1)[1] for op in int_broadcast.OPS)}
 
 
 def _rules_of(name):
@@ -91,6 +112,13 @@ def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
     assert probing.last().status[name] == probing.DETECTED
     assert PATCH[name] in patches.installed()
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
+
+
+def test_int_atan2_with_the_shim_within_the_device_profile(dml_device, shim_off, assert_parity):
+    """Expanded operands take another CPU loop than broadcast ones (1 ULP apart in atan2), so
+    the emulator's exact profile cannot hold; a GPU's rounding is the ``device`` profile."""
+    dmlshim.activate(fallback="known")
+    assert_parity(_int_atan2(dml_device), _int_atan2(CPU), profile="device")
 
 
 def test_probes_pass_on_the_cpu():

@@ -15,6 +15,8 @@ conditions are not isolated).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import _backend
@@ -194,6 +196,28 @@ def _combinations_message(self, r=2, with_replacement=False):
     return f"The size of tensor a ({self.numel()}) must match the size of tensor b (0) at non-singleton dimension 1"
 
 
+def _ranks_differ(self, other, *_, **kwargs):
+    from ..patches.int_broadcast import ranks_differ
+    return "out" not in kwargs and ranks_differ(self, other)
+
+
+@functools.lru_cache(maxsize=None)       # one function per op: rules compare equal across calls
+def _first_value_of_the_smaller(op):
+    """The real binary's answer: the operand of fewer dimensions read as its first value."""
+    def replace(self, other, *args, **kwargs):
+        def first(t, rank):
+            return t.reshape(-1)[:1].expand(t.shape) if t.dim() < rank else t
+        rank = max(self.dim(), other.dim())
+        return _backend.run_on_cpu(op, (self, other) + args, kwargs,
+                                   kernel=lambda a, b, *r, **k: op(first(a, rank), first(b, rank), *r, **k))
+    return replace
+
+
+def _int_broadcast_overloads():
+    from ..patches.int_broadcast import OPS
+    return [(op.name().split("::", 1)[1], op) for op in OPS]
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -233,6 +257,10 @@ def refused_cases():
         dict(op="combinations", when=_r_positive, message=_combinations_message,
              source=SOURCE.format("torch.combinations, r >= 1 (its C++ composite; "
                                   "_backend.FAILING_COMPOSITES)")),
+        *(dict(op=name, when=_ranks_differ, replace=_first_value_of_the_smaller(op),
+               source=SOURCE.format("integer div/remainder/floor_divide/atan2/pow of operands of different "
+                                    "ranks: the smaller one read as its first value (silent)"))
+          for name, op in _int_broadcast_overloads()),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),

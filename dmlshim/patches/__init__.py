@@ -129,6 +129,9 @@ REGISTRY: Tuple[Patch, ...] = (
                           "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
     Patch("combinations", "torch.combinations' C++ composite fails (measured on the real 0.2.5 binary: "
                           "'The size of tensor a (n) must match ... (0)', CreateOperator): on the CPU"),
+    Patch("int_broadcast", "integer div/remainder/floor_divide/atan2/pow with operands of different ranks "
+                           "read the smaller one's first value (measured on the real 0.2.5 binary): both "
+                           "expanded first, on the device"),
     # refused's retry answers every call it holds, so it comes after the fixes that share
     # its overloads (gather, repeat, adaptive_pool: _select's chain runs in install order)
     Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "
