@@ -73,7 +73,7 @@ REALDML_TESTS   ?= tests
 REALDML_CI_TESTS := $(addprefix tests/test_,$(addsuffix .py,realdml patch_mul patch_cat patch_rnn \
     patch_dtypes reported_defects observed_defects load islands errors parity reliability fallback \
     activate auto_fallback devices rnn_torchscript patch_copy patch_autocast defects bf16 legacy_new \
-    funasr_vad routing_sweep refused))
+    funasr_vad routing_sweep refused observed_silent))
 LANE_2.4.1      := .venv-torch2.4.1
 
 # The build tools (docs/realdml.md); apt-get only where one is missing.

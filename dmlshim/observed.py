@@ -109,6 +109,12 @@ def _int_broadcast(device):
     return torch.floor_divide((torch.arange(1, 7) * 10).view(2, 3).to(device), torch.tensor([1, 2, 3]).to(device))
 
 
+def _bool_minmax(device):
+    """`max()` of a bool mask, added to itself (bool: True; the int32 of the defect: 2)."""
+    top = torch.tensor([[True, False], [False, False]]).to(device).max()
+    return top + top
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -168,6 +174,8 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("int_broadcast", "none", _REFUSED,
            "integer div/remainder/floor_divide/atan2/pow of operands of different ranks: the "
            "smaller one read as its first value (silent)", _probe(_int_broadcast), ("int_broadcast",)),
+    Defect("bool_minmax", "none", _REFUSED, "max()/min() of a bool tensor return int32 (values right)",
+           _probe(_bool_minmax), ("bool_minmax",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

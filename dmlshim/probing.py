@@ -256,12 +256,15 @@ def cache_dir() -> str:
 def cache_key(adapter: Optional[str], float64: bool) -> dict:
     """What a cached verdict depends on: the adapter, its driver, whether the driver
     reports float64 (a driver setting can switch it), torch-directml's, torch's and
-    dmlshim's versions."""
+    dmlshim's versions, and the probes themselves (a source checkout changes them without
+    a new version)."""
     from ._version import __version__
     dml = sys.modules.get("torch_directml")
+    probes = [(d.name, d.summary, d.probe.__doc__) for d in all_defects() if d.probe is not None]
     return {"adapter": adapter, "driver": devices.driver_version(adapter), "float64": float64,
             "torch_directml": getattr(dml, "__version__", None), "torch": torch.__version__,
-            "dmlshim": __version__}
+            "dmlshim": __version__,
+            "probes": hashlib.sha256(json.dumps(probes).encode()).hexdigest()[:16]}
 
 
 def cache_path(key: dict) -> str:

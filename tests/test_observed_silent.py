@@ -3,7 +3,7 @@ OpInfo's samples, both ways: ``adaptive_avg_pool`` off DirectML's window grid
 (patches/adaptive_pool.py), ``masked_select`` with an input that broadcasts to the mask
 (patches/masked_select.py), negative padding (patches/pad_negative.py), ``torch.combinations``
 (patches/combinations.py), integer division and powers of operands of different ranks
-(patches/int_broadcast.py).
+(patches/int_broadcast.py), ``max()``/``min()`` of bool tensors (patches/bool_minmax.py).
 
 Each repro calls the op through a reference bound before ``activate()``, as OpInfo does,
 and through the composites that reach it (``F.interpolate(mode="area")``, ``F.pad``).
@@ -59,6 +59,8 @@ def _pad_negative(d):
     return (F.pad(line, (-1, 1), mode="replicate"), F.pad(line, (-2, -1), mode="replicate"),
             F.pad(image, (0, 0, -1, 2), mode="replicate"), F.pad(image, (-1, 0, -1, 0), mode="replicate"),
             F.pad(line, (2, -1), mode="replicate"), F.pad(line, (-1, 2), value=3.0),
+            F.pad(image[:, :, :4, :4], (-4, 5, 0, 0), mode="replicate"),       # OpInfo's: a crop past
+            F.pad(image[:, :, :4, :4], (5, -4, -4, 3), mode="replicate"),      # the whole input
             F.pad(image, (1, -2, -1, 0)))
 
 
@@ -91,14 +93,24 @@ def _int_atan2(d):
     return torch.atan2(a, b), torch.atan2(torch.tensor([[True], [False]]).to(d), torch.tensor([True, False]).to(d))
 
 
+def _bool_minmax(d):
+    """max()/min() of a 3-D mask and of 0-dim ones; max(dim) and an int tensor stay as they are."""
+    mask = (_ramp(3, 4, 5) > 8).to(d)
+    return (mask.max(), mask.min(), torch.tensor(True).to(d).max(), torch.tensor(False).to(d).min(),
+            mask.max(dim=1).values, _ramp(3, 4).long().to(d).max())
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
-          "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast}
+          "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast,
+          "bool_minmax": _bool_minmax}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
-         "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast"}
+         "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast",
+         "bool_minmax": "bool_minmax"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
-            "int_broadcast": tuple(op.name().split("::", 1)[1] for op in int_broadcast.OPS)}
+            "int_broadcast": tuple(op.name().split("::", 1)[1] for op in int_broadcast.OPS),
+            "bool_minmax": ("max", "min")}
 
 
 def _rules_of(name):
@@ -168,7 +180,7 @@ def test_calls_on_the_grid_stay_on_the_device(dml_device, shim_off, assert_parit
     assert_parity(_adaptive_avg_pool1d(x, 4), _adaptive_avg_pool1d(_ramp(1, 2, 8), 4))
     assert_parity(F.pad(x, (-1, 1), mode="replicate"), F.pad(_ramp(1, 2, 8), (-1, 1), mode="replicate"))
     assert emulation.records()["_adaptive_avg_pool2d"]["native"] == 1
-    assert emulation.records()["replication_pad1d"]["native"] == 1
+    assert emulation.records()["index_select"]["native"] == 1          # the replicate pad's map
     assert not [r for r in dmlshim.report().rows if "cpu" in r["actions"]]
 
 

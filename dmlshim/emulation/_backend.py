@@ -482,7 +482,9 @@ def register(policy_fn):
     for name in FAILING_COMPOSITES:
         op = getattr(torch.ops.aten, name).default
         for key in ("AutogradPrivateUse1", "PrivateUse1"):
-            _libraries[-1].impl(name, _composite_kernel(op_info(op)), key)
+            # through the C++ handle: torch < 2.6 refuses a second Python kernel at the same
+            # key (torch.library._impls), and dmlshim's fix of the op must stand in for this one
+            _libraries[-1].m.impl(name, key, _composite_kernel(op_info(op)), False)
     for name in opaque.STRIDED_CLONES:   # composites the real binary fails (a rule raises)
         packet = getattr(torch.ops.aten, name)
         for overload in packet.overloads():

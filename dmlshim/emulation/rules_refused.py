@@ -218,6 +218,19 @@ def _int_broadcast_overloads():
     return [(op.name().split("::", 1)[1], op) for op in OPS]
 
 
+def _bool_input(self, *rest, **kwargs):
+    """max()/min() (no dim, no other) of a bool tensor."""
+    return self.dtype == torch.bool and not rest and not kwargs
+
+
+@functools.lru_cache(maxsize=None)
+def _as_int32(op):
+    """The real binary's answer to max()/min() of a bool tensor: the values, as int32."""
+    def replace(self):
+        return _backend.run_on_cpu(op, (self,), {}, kernel=lambda x: op(x).to(torch.int32))
+    return replace
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -261,6 +274,8 @@ def refused_cases():
                source=SOURCE.format("integer div/remainder/floor_divide/atan2/pow of operands of different "
                                     "ranks: the smaller one read as its first value (silent)"))
           for name, op in _int_broadcast_overloads()),
+        *(dict(op=name, when=_bool_input, replace=_as_int32(getattr(torch.ops.aten, name).default),
+               source=SOURCE.format(f"{name}() of a bool tensor returns int32 (silent)")) for name in ("max", "min")),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),

@@ -132,6 +132,8 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("int_broadcast", "integer div/remainder/floor_divide/atan2/pow with operands of different ranks "
                            "read the smaller one's first value (measured on the real 0.2.5 binary): both "
                            "expanded first, on the device"),
+    Patch("bool_minmax", "max()/min() of a bool tensor come back int32 (measured on the real 0.2.5 "
+                         "binary): cast back to bool, on the device"),
     # refused's retry answers every call it holds, so it comes after the fixes that share
     # its overloads (gather, repeat, adaptive_pool: _select's chain runs in install order)
     Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "

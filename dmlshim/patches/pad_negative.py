@@ -3,8 +3,10 @@
 ``replication_pad1d``/``2d`` with a negative begin pad (left, top) is silently wrong: every
 value along that dimension is the input's last one (a negative end pad is right).
 ``constant_pad_nd`` with pads of both signs is refused: "torch-dml currently doesn't support
-a mix of positive and negative padding values".  A negative pad only crops, so the fix crops
-first (``narrow``: a view) and pads the rest with the pads made non-negative, on the device.
+a mix of positive and negative padding values".  Both are fixed on the device: replication
+as PyTorch's index map (``index_select`` of ``clamp(j - begin, 0, size - 1)`` per dimension,
+which also covers a crop past the whole input), a constant pad as a crop (``narrow``: a view)
+then the pads made non-negative.
 No public report (OpInfo's ``pad`` ``replicate_negative`` samples; docs/defects.md).
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import List, Sequence, Tuple
 import torch
 
 from . import _select
+from .dispatcher import Done
 
 _aten = torch.ops.aten
 
@@ -36,10 +39,24 @@ def _cropped(x, pad, rest, kwargs):
     return (cropped, pad) + tuple(rest), kwargs
 
 
+def replicate(x: torch.Tensor, pad: Sequence[int]) -> torch.Tensor:
+    """``F.pad(x, pad, "replicate")`` as PyTorch's CPU kernel indexes it: output ``j`` of a
+    dimension reads input ``clamp(j - begin, 0, size - 1)``."""
+    for i in range(len(pad) // 2):
+        dim, begin, end = x.dim() - 1 - i, int(pad[2 * i]), int(pad[2 * i + 1])
+        size = x.size(dim)
+        index = (torch.arange(size + begin + end) - begin).clamp(0, size - 1)
+        x = x.index_select(dim, index.to(x.device))
+    return x
+
+
 def _negative_begin(op, keyset, args, kwargs):
-    if not any(int(p) < 0 for p in args[1][0::2]):
+    x, pad = args[0], [int(p) for p in args[1]]
+    if not any(p < 0 for p in pad[0::2]) or kwargs or len(args) > 2:
         return None
-    return _cropped(args[0], args[1], args[2:], kwargs)
+    if 0 in x.shape or any(x.size(x.dim() - 1 - i) + pad[2 * i] + pad[2 * i + 1] <= 0 for i in range(len(pad) // 2)):
+        return None                               # the op's own error
+    return Done(replicate(x, pad))
 
 
 def _mixed_signs(op, keyset, args, kwargs):
