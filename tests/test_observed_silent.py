@@ -77,20 +77,15 @@ def _combinations(d):
 
 def _int_broadcast(d):
     """OpInfo's (5, 1) by (5,) int64 operands through each op, a row under a matrix, in place;
-    and what stays on the device's own route: a 0-dim divisor, equal ranks (atan2: below)."""
+    and what stays on the device's own route: a 0-dim divisor, equal ranks."""
     a, b = (torch.arange(-8, 2, 2).view(5, 1)).to(d), torch.tensor([-8, -3, 1, 4, 7]).to(d)
     m, row = (torch.arange(1, 7) * 10).view(2, 3).to(d), torch.tensor([1, 2, 3]).to(d)
     inplace = m.clone()
     inplace.floor_divide_(row)
     return (torch.div(a, b), torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
             torch.true_divide(a, b), torch.remainder(a, b), torch.floor_divide(m, row),
-            torch.pow(a.abs(), row[:2].view(1, 2)[0]), inplace, m // 3, torch.floor_divide(m, row.view(1, 3)))
-
-
-def _int_atan2(d):
-    """atan2 of int64 and of bool operands of different ranks."""
-    a, b = (torch.arange(-8, 2, 2).view(5, 1)).to(d), torch.tensor([-8, -3, 1, 4, 7]).to(d)
-    return torch.atan2(a, b), torch.atan2(torch.tensor([[True], [False]]).to(d), torch.tensor([True, False]).to(d))
+            torch.pow(a.abs(), row[:2].view(1, 2)[0]), inplace, m // 3, torch.floor_divide(m, row.view(1, 3)),
+            torch.atan2(a, b), torch.atan2(torch.tensor([[True], [False]]).to(d), torch.tensor([True, False]).to(d)))
 
 
 def _bool_minmax(d):
@@ -124,13 +119,6 @@ def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
     assert probing.last().status[name] == probing.DETECTED
     assert PATCH[name] in patches.installed()
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
-
-
-def test_int_atan2_with_the_shim_within_the_device_profile(dml_device, shim_off, assert_parity):
-    """Expanded operands take another CPU loop than broadcast ones (1 ULP apart in atan2), so
-    the emulator's exact profile cannot hold; a GPU's rounding is the ``device`` profile."""
-    dmlshim.activate(fallback="known")
-    assert_parity(_int_atan2(dml_device), _int_atan2(CPU), profile="device")
 
 
 def test_probes_pass_on_the_cpu():

@@ -4,9 +4,9 @@ ranks are silently wrong on the real torch-directml 0.2.5 binary.
 The operand with fewer dimensions is read as its first value everywhere: ``[[10, 20, 30],
 [40, 50, 60]] // [1, 2, 3]`` gives ``[[10, 20, 30], [40, 50, 60]]`` (measured; as a copy from a
 source of fewer dimensions, defect ``broadcast_copy``).  Float operands, operands of the same
-rank ((2, 3) with (2, 1)), a 0-dim operand (``x // 2``) and operands expanded beforehand are
-right, so the fix expands both integer operands to the broadcast shape (views) and stays on the
-device.  No public report (OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand).
+rank ((2, 3) with (2, 1), (2, 3) with (1, 3)), a 0-dim operand (``x // 2``) and operands
+expanded beforehand are right, so the fix gives the smaller operand leading size-1 dimensions
+(a view) and stays on the device.  No public report (OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand).
 """
 from __future__ import annotations
 
@@ -29,16 +29,16 @@ def ranks_differ(a, b) -> bool:
             and not (b.is_floating_point() or b.is_complex()))
 
 
-def _expand_both(op, keyset, args, kwargs):
+def _same_rank(op, keyset, args, kwargs):
+    """The operand of fewer dimensions gets leading size-1 ones (a view): the broadcast is the
+    same, and so is the CPU's loop over it (expanding would change float rounding in atan2)."""
     a, b = args[0], args[1]
     if not ranks_differ(a, b):
         return None
-    try:
-        shape = torch.broadcast_shapes(a.shape, b.shape)
-    except RuntimeError:
-        return None                      # the op's own error
-    return (a.expand(shape), b.expand(shape)) + tuple(args[2:]), kwargs
+    rank = max(a.dim(), b.dim())
+    a, b = (t[(None,) * (rank - t.dim())] for t in (a, b))
+    return (a, b) + tuple(args[2:]), kwargs
 
 
-_kernels = _select.Kernels({op: _expand_both for op in OPS})
+_kernels = _select.Kernels({op: _same_rank for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall
