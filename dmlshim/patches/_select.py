@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Dict, List, Optional
+import warnings
+from typing import Dict, List
 
 import torch
 
@@ -117,3 +118,30 @@ class Kernels:
 
     def installed(self) -> bool:
         return self._installed
+
+
+class CompositeKernels:
+    """``install(ctx)``/``uninstall()`` for the fix of a CompositeImplicitAutograd op: one
+    kernel, ``make(target)``, at the target's Autograd and backend keys (as
+    ``dispatcher.COMPOSITES``), where a composite's decomposition would otherwise run."""
+
+    def __init__(self, name: str, make):
+        self.name, self.make = name, make
+        self._library = None
+
+    def install(self, ctx) -> None:
+        backend = backend_key(ctx.target)
+        if self._library is not None or backend is None:
+            return
+        library, kernel = torch.library.Library("aten", "IMPL"), self.make(ctx.target)
+        with warnings.catch_warnings():
+            # the emulator may hold a kernel there (it models a failure); ours stands in
+            warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
+            for key in ("Autograd" + backend.name, backend.name):
+                library.impl(self.name, kernel, key)
+        self._library = library
+
+    def uninstall(self) -> None:
+        library, self._library = self._library, None
+        if library is not None:
+            library._destroy()

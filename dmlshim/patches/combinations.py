@@ -9,16 +9,11 @@ op, at the target's Autograd and backend keys (as ``prelu``), its result back on
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from . import _select
-from ._wrap import Context
-from .dispatcher import backend_key
 
 _combinations = torch.ops.aten.combinations.default
-_library = None
 
 
 def _kernel(target: str):
@@ -29,22 +24,5 @@ def _kernel(target: str):
     return kernel
 
 
-def install(ctx: Context) -> None:
-    global _library
-    backend = backend_key(ctx.target)
-    if _library is not None or backend is None:
-        return
-    library, kernel = torch.library.Library("aten", "IMPL"), _kernel(ctx.target)
-    with warnings.catch_warnings():
-        # the emulator holds kernels there (it models the failure); ours stand in for them
-        warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
-        for key in ("Autograd" + backend.name, backend.name):
-            library.impl("combinations", kernel, key)
-    _library = library
-
-
-def uninstall() -> None:
-    global _library
-    library, _library = _library, None
-    if library is not None:
-        library._destroy()
+_kernels = _select.CompositeKernels("combinations", _kernel)
+install, uninstall = _kernels.install, _kernels.uninstall

@@ -18,11 +18,8 @@ import torch
 
 from .. import trace
 from . import _select
-from ._wrap import Context
-from .dispatcher import backend_key
 
 _prelu = torch.ops.aten.prelu.default
-_library = None
 
 
 def _channel_weights(x, weight) -> bool:
@@ -44,19 +41,5 @@ def _kernel(target: str):
     return kernel
 
 
-def install(ctx: Context) -> None:
-    global _library
-    backend = backend_key(ctx.target)
-    if _library is not None or backend is None:
-        return
-    library, kernel = torch.library.Library("aten", "IMPL"), _kernel(ctx.target)
-    for key in ("Autograd" + backend.name, backend.name):
-        library.impl("prelu", kernel, key)
-    _library = library
-
-
-def uninstall() -> None:
-    global _library
-    library, _library = _library, None
-    if library is not None:
-        library._destroy()
+_kernels = _select.CompositeKernels("prelu", _kernel)
+install, uninstall = _kernels.install, _kernels.uninstall
