@@ -169,13 +169,13 @@ def _negative_begin(self, padding):
 def _dml_replication_pad(self, padding):
     """Replication as index maps, one per dimension; a dimension with a negative begin pad
     reads the input's last value everywhere (measured)."""
+    from ..patches.pad_negative import replication_index
+
     def pad(x, padding):
         for i in range(len(padding) // 2):
             dim, begin, end = x.dim() - 1 - i, int(padding[2 * i]), int(padding[2 * i + 1])
-            size = x.size(dim)
-            positions = torch.arange(size + begin + end)
-            index = torch.full_like(positions, size - 1) if begin < 0 else (positions - begin).clamp(0, size - 1)
-            x = x.index_select(dim, index)
+            index = replication_index(x.size(dim), begin, end)
+            x = x.index_select(dim, index.fill_(x.size(dim) - 1) if begin < 0 else index)
         return x
     op = getattr(torch.ops.aten, f"replication_pad{len(padding) // 2}d").default
     return _backend.run_on_cpu(op, (self, padding), {}, kernel=pad)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from typing import Dict, List
+from typing import Dict, Tuple
 
 import torch
 
@@ -56,19 +56,19 @@ def on_cpu(op, args, kwargs) -> Done:
 # ``refused`` retry and ``gather``'s strided fix both hold ``aten::gather``): a Library per
 # overload, destroyed when its last fix is uninstalled.  Fixes run in install order and the
 # first that answers (not None) wins, so a fix that always answers (``refused``'s retry)
-# belongs to a patch installed after those that pass (``patches.REGISTRY``'s order).
-_chains: Dict[torch._ops.OpOverload, List[Fix]] = {}
+# belongs to a patch installed after those that pass (``patches.REGISTRY``'s order).  A
+# chain is a tuple, replaced whole on (un)install: a call reads it without a copy or a lock.
+_chains: Dict[torch._ops.OpOverload, Tuple[Fix, ...]] = {}
 _libraries: Dict[torch._ops.OpOverload, torch.library.Library] = {}
 
 
-def _chain(op) -> Fix:
-    def fix(op, keyset, args, kwargs):
-        for each in list(_chains.get(op, ())):
-            fixed = each(op, keyset, args, kwargs)
-            if fixed is not None:
-                return fixed
-        return None
-    return fix
+def _run_chain(op, keyset, args, kwargs):
+    """The first answer of ``op``'s fixes, or None (the call passes through)."""
+    for fix in _chains.get(op, ()):
+        fixed = fix(op, keyset, args, kwargs)
+        if fixed is not None:
+            return fixed
+    return None
 
 
 def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> bool:
@@ -78,10 +78,10 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> bool:
     if backend is None:
         return False
     for op, fix in table.items():
-        _chains.setdefault(op, []).append(fix)
+        _chains[op] = _chains.get(op, ()) + (fix,)
         if op not in _libraries:
             library = torch.library.Library("aten", "IMPL")
-            library.impl(op.name().split("::", 1)[1], fix_kernel(op, _chain(op), backend, aside=aside),
+            library.impl(op.name().split("::", 1)[1], fix_kernel(op, _run_chain, backend, aside=aside),
                          "BackendSelect", with_keyset=True)
             _libraries[op] = library
     return True
@@ -90,14 +90,16 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> bool:
 def unregister(table: Dict[torch._ops.OpOverload, Fix]) -> None:
     """``table``'s fixes out of their chains; an overload left without one loses its kernel."""
     for op, fix in table.items():
-        chain = _chains.get(op, [])
+        chain = list(_chains.get(op, ()))
         if fix in chain:
             chain.remove(fix)
-        if not chain:
-            _chains.pop(op, None)
-            library = _libraries.pop(op, None)
-            if library is not None:
-                library._destroy()
+        if chain:
+            _chains[op] = tuple(chain)
+            continue
+        _chains.pop(op, None)
+        library = _libraries.pop(op, None)
+        if library is not None:
+            library._destroy()
 
 
 class Kernels:

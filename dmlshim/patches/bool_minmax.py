@@ -16,8 +16,7 @@ _aten = torch.ops.aten
 def _as_bool(op, keyset, args, kwargs):
     if args[0].dtype != torch.bool:
         return None
-    result = op.redispatch(below(keyset), *args, **kwargs)
-    return Done(result if result.dtype == torch.bool else result.to(torch.bool))
+    return Done(op.redispatch(below(keyset), *args, **kwargs).to(torch.bool))    # no copy if bool
 
 
 _kernels = _select.Kernels({_aten.max.default: _as_bool, _aten.min.default: _as_bool})

@@ -39,20 +39,23 @@ def _cropped(x, pad, rest, kwargs):
     return (cropped, pad) + tuple(rest), kwargs
 
 
+def replication_index(size: int, begin: int, end: int) -> torch.Tensor:
+    """PyTorch's replicate map for one dimension: output ``j`` reads input
+    ``clamp(j - begin, 0, size - 1)`` (int64, on the CPU)."""
+    return (torch.arange(size + begin + end) - begin).clamp(0, size - 1)
+
+
 def replicate(x: torch.Tensor, pad: Sequence[int]) -> torch.Tensor:
-    """``F.pad(x, pad, "replicate")`` as PyTorch's CPU kernel indexes it: output ``j`` of a
-    dimension reads input ``clamp(j - begin, 0, size - 1)``."""
+    """``F.pad(x, pad, "replicate")`` as PyTorch's CPU kernel indexes it (``replication_index``)."""
     for i in range(len(pad) // 2):
         dim, begin, end = x.dim() - 1 - i, int(pad[2 * i]), int(pad[2 * i + 1])
-        size = x.size(dim)
-        index = (torch.arange(size + begin + end) - begin).clamp(0, size - 1)
-        x = x.index_select(dim, index.to(x.device))
+        x = x.index_select(dim, replication_index(x.size(dim), begin, end).to(x.device))
     return x
 
 
 def _negative_begin(op, keyset, args, kwargs):
     x, pad = args[0], [int(p) for p in args[1]]
-    if not any(p < 0 for p in pad[0::2]) or kwargs or len(args) > 2:
+    if not any(p < 0 for p in pad[0::2]):
         return None
     if 0 in x.shape or any(x.size(x.dim() - 1 - i) + pad[2 * i] + pad[2 * i + 1] <= 0 for i in range(len(pad) // 2)):
         return None                               # the op's own error
