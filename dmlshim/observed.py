@@ -115,6 +115,11 @@ def _bool_minmax(device):
     return top + top
 
 
+def _var_correction(device):
+    """`var()` of a 2x3 ramp of squares (no dim, no correction)."""
+    return (torch.arange(6.0).view(2, 3) ** 2).to(device).var()
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -172,10 +177,14 @@ OBSERVED: Tuple[Defect, ...] = (
            "CreateOperator for one element (its C++ composite only)", _probe(_combinations),
            ("combinations",)),
     Defect("int_broadcast", "none", _REFUSED,
-           "integer div/remainder/floor_divide/atan2/pow of operands of different ranks: the "
-           "smaller one read as its first value (silent)", _probe(_int_broadcast), ("int_broadcast",)),
+           "binary ops of operands of different ranks, one of them cast (integer div/remainder/"
+           "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes): the smaller one read as its "
+           "first value (silent)", _probe(_int_broadcast), ("int_broadcast",)),
     Defect("bool_minmax", "none", _REFUSED, "max()/min() of a bool tensor return int32 (values right)",
            _probe(_bool_minmax), ("bool_minmax",)),
+    Defect("var_correction", "none", _REFUSED,
+           "var()/std_mean() over every dimension without a correction divide by n, not n - 1; "
+           "dim=[] gives inf, keepdim a 0-dim result (silent)", _probe(_var_correction), ("var_correction",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

@@ -85,7 +85,18 @@ def _int_broadcast(d):
     return (torch.div(a, b), torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
             torch.true_divide(a, b), torch.remainder(a, b), torch.floor_divide(m, row),
             torch.pow(a.abs(), row[:2].view(1, 2)[0]), inplace, m // 3, torch.floor_divide(m, row.view(1, 3)),
-            torch.atan2(a, b), torch.atan2(torch.tensor([[True], [False]]).to(d), torch.tensor([True, False]).to(d)))
+            torch.atan2(a, b), torch.atan2(torch.tensor([[True], [False]]).to(d), torch.tensor([True, False]).to(d)),
+            _mixed_dtypes(d))
+
+
+def _mixed_dtypes(d):
+    """Operands of different dtypes and ranks: float with int64, float16 and bool, int64 with
+    int32, in place, and ``__rdiv__``'s ``reciprocal(int64) * int64``."""
+    f, i = _ramp(5, 1).to(d) - 4, torch.tensor([-8, -3, 1, 4, 7]).to(d)
+    inplace = _ramp(5, 5).to(d)
+    inplace.add_(i)
+    return (f + i, i - f, f * i, i * f, torch.maximum(f, i), f < i, f >= i, f * i.half(), f + (i > 0),
+            f.long() * i.int(), inplace, 7 / i.view(5, 1) * i, torch.rsub(f, i))
 
 
 def _bool_minmax(d):
@@ -95,17 +106,26 @@ def _bool_minmax(d):
             mask.max(dim=1).values, _ramp(3, 4).long().to(d).max())
 
 
+def _var_correction(d):
+    """var()/std_mean() with no dim or correction, dim=[], keepdim, float16, a 0-dim input; with a
+    dim and a correction (the device's own route)."""
+    x = (_ramp(5, 5, 5) - 8).to(d)
+    return (x.var(), torch.std_mean(x), torch.var(x, dim=[], correction=1), torch.var(x, keepdim=True),
+            x.half().var(), torch.var(x, dim=1, correction=2), torch.std_mean(x, dim=(0, 2)),
+            torch.var(x, unbiased=False), torch.tensor(3.0).to(d).var(correction=0))
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
           "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast,
-          "bool_minmax": _bool_minmax}
+          "bool_minmax": _bool_minmax, "var_correction": _var_correction}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
          "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast",
-         "bool_minmax": "bool_minmax"}
+         "bool_minmax": "bool_minmax", "var_correction": "var_correction"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
             "int_broadcast": tuple(op.name().split("::", 1)[1] for op in int_broadcast.OPS),
-            "bool_minmax": ("max", "min")}
+            "bool_minmax": ("max", "min"), "var_correction": ("var.correction", "std_mean.correction")}
 
 
 def _rules_of(name):

@@ -201,6 +201,11 @@ def _ranks_differ(self, other, *_, **kwargs):
     return "out" not in kwargs and ranks_differ(self, other)
 
 
+def _ranks_and_dtypes_differ(self, other, *_, **kwargs):
+    from ..patches.int_broadcast import ranks_differ
+    return "out" not in kwargs and ranks_differ(self, other, integer_op=False)
+
+
 @functools.lru_cache(maxsize=None)       # one function per op: rules compare equal across calls
 def _first_value_of_the_smaller(op):
     """The real binary's answer: the operand of fewer dimensions read as its first value."""
@@ -214,8 +219,9 @@ def _first_value_of_the_smaller(op):
 
 
 def _int_broadcast_overloads():
-    from ..patches.int_broadcast import OPS
-    return [(op.name().split("::", 1)[1], op) for op in OPS]
+    from ..patches.int_broadcast import INTEGER_OPS, OPS
+    return [(op.name().split("::", 1)[1], op, _ranks_differ if op in INTEGER_OPS else _ranks_and_dtypes_differ)
+            for op in OPS]
 
 
 def _bool_input(self, *rest, **kwargs):
@@ -228,6 +234,19 @@ def _as_int32(op):
     """The real binary's answer to max()/min() of a bool tensor: the values, as int32."""
     def replace(self):
         return _backend.run_on_cpu(op, (self,), {}, kernel=lambda x: op(x).to(torch.int32))
+    return replace
+
+
+def _no_dim_no_correction(self, dim=None, *, correction=None, keepdim=False):
+    """``var``/``std_mean`` over every dimension (``dim`` None or empty), no correction given."""
+    return (dim is None or len(dim) == 0) and correction is None and self.dim() > 0
+
+
+@functools.lru_cache(maxsize=None)
+def _population(op):
+    """The real binary's answer: the variance divided by n (correction 0)."""
+    def replace(self, dim=None, *, correction=None, keepdim=False):
+        return _backend.run_on_cpu(op, (self, None), {"correction": 0, "keepdim": keepdim}, kernel=op)
     return replace
 
 
@@ -270,12 +289,16 @@ def refused_cases():
         dict(op="combinations", when=_r_positive, message=_combinations_message,
              source=SOURCE.format("torch.combinations, r >= 1 (its C++ composite; "
                                   "_backend.FAILING_COMPOSITES)")),
-        *(dict(op=name, when=_ranks_differ, replace=_first_value_of_the_smaller(op),
-               source=SOURCE.format("integer div/remainder/floor_divide/atan2/pow of operands of different "
-                                    "ranks: the smaller one read as its first value (silent)"))
-          for name, op in _int_broadcast_overloads()),
+        *(dict(op=name, when=when, replace=_first_value_of_the_smaller(op),
+               source=SOURCE.format("binary ops of operands of different ranks, one cast (integer div/"
+                                    "remainder/floor_divide/atan2/pow, mixed dtypes): the smaller one read "
+                                    "as its first value (silent)"))
+          for name, op, when in _int_broadcast_overloads()),
         *(dict(op=name, when=_bool_input, replace=_as_int32(getattr(torch.ops.aten, name).default),
                source=SOURCE.format(f"{name}() of a bool tensor returns int32 (silent)")) for name in ("max", "min")),
+        *(dict(op=name, when=_no_dim_no_correction, replace=_population(getattr(torch.ops.aten, name.split(".")[0]).correction),
+               source=SOURCE.format(f"{name} over every dimension without a correction divides by n (silent)"))
+          for name in ("var.correction", "std_mean.correction")),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),

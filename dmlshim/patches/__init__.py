@@ -129,9 +129,13 @@ REGISTRY: Tuple[Patch, ...] = (
                           "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
     Patch("combinations", "torch.combinations' C++ composite fails (measured on the real 0.2.5 binary: "
                           "'The size of tensor a (n) must match ... (0)', CreateOperator): on the CPU"),
-    Patch("int_broadcast", "integer div/remainder/floor_divide/atan2/pow with operands of different ranks "
-                           "read the smaller one's first value (measured on the real 0.2.5 binary): both "
-                           "expanded first, on the device"),
+    Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
+                           "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
+                           "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "
+                           "on the device"),
+    Patch("var_correction", "var()/std_mean() over every dimension without a correction divide by n "
+                            "(measured on the real 0.2.5 binary): every dimension and the correction "
+                            "named, on the device"),
     Patch("bool_minmax", "max()/min() of a bool tensor come back int32 (measured on the real 0.2.5 "
                          "binary): cast back to bool, on the device"),
     # refused's retry answers every call it holds, so it comes after the fixes that share

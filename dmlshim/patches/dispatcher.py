@@ -40,8 +40,14 @@ def _bool_operand(inplace: bool) -> Fix:
     def fix(op, keyset, args, kwargs):
         if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
             return coerce_bool_operands(args, kwargs, inplace)
-        return None
+        return _int_broadcast().mul_fix(args, kwargs)      # operands of different ranks, one cast
     return fix
+
+
+@functools.lru_cache(maxsize=None)
+def _int_broadcast():
+    from . import int_broadcast        # imports _select, which imports this module
+    return int_broadcast
 
 
 def _device_indices(op, keyset, args, kwargs):
@@ -235,6 +241,7 @@ _TORCH_BACKEND_SELECT = {_aten._to_copy.default, _aten.full.default}
 KEY = "BackendSelect"
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
 _library = None
+_held: set = set()             # the FIXES overloads whose kernel is registered
 
 
 @functools.lru_cache(maxsize=None)
@@ -366,6 +373,7 @@ def install(ctx: Context) -> None:
     for op, fix in filter(lambda item: on(item[0]), FIXES.items()):
         library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend), KEY,
                      with_keyset=True)
+        _held.add(op)
     for op, makes in filter(lambda item: on(item[0]), ISLANDS.items()):
         name = op.name()
         with warnings.catch_warnings():
@@ -386,8 +394,14 @@ def install(ctx: Context) -> None:
     _library = library
 
 
+def holds(op) -> bool:
+    """Whether the net's BackendSelect kernel of ``op`` is registered now."""
+    return op in _held
+
+
 def uninstall() -> None:
     global _library
+    _held.clear()
     library, _library = _library, None
     if library is not None:
         library._destroy()                             # removes the kernels from the dispatcher

@@ -1,12 +1,19 @@
-"""Integer ``div``/``remainder``/``floor_divide``/``atan2``/``pow`` of operands of different
-ranks are silently wrong on the real torch-directml 0.2.5 binary.
+"""Binary ops of operands of different ranks, one of them cast, are silently wrong on the real
+torch-directml 0.2.5 binary.
 
-The operand with fewer dimensions is read as its first value everywhere: ``[[10, 20, 30],
-[40, 50, 60]] // [1, 2, 3]`` gives ``[[10, 20, 30], [40, 50, 60]]`` (measured; as a copy from a
-source of fewer dimensions, defect ``broadcast_copy``).  Float operands, operands of the same
-rank ((2, 3) with (2, 1), (2, 3) with (1, 3)), a 0-dim operand (``x // 2``) and operands
-expanded beforehand are right, so the fix gives the smaller operand leading size-1 dimensions
-(a view) and stays on the device.  No public report (OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand).
+The operand with fewer dimensions is read as its first value everywhere when the op casts it:
+integer ``div``/``remainder``/``floor_divide``/``atan2``/``pow`` (they compute in float), and
+any binary op of operands of different dtypes (float with int64, bool or float16, int64 with
+int32).  ``[[10, 20, 30], [40, 50, 60]] // [1, 2, 3]`` gives ``[[10, 20, 30], [40, 50, 60]]``,
+``float(5, 1) + int64(5)`` each row's first sum five times (measured; as a copy from a source of
+fewer dimensions, defect ``broadcast_copy``): ``add``, ``sub``, ``rsub``, ``mul``, ``div``,
+``maximum``, ``minimum``, ``lt``/``ge`` and the rest.  Float operands of one dtype, operands of
+the same rank ((2, 3) with (2, 1), (2, 3) with (1, 3)), a 0-dim operand (``x // 2``) and
+operands expanded beforehand are right, so the fix gives the smaller operand leading size-1
+dimensions (a view) and stays on the device.  ``mul``'s BackendSelect kernel is the dispatcher
+net's (float x bool) when that one is on: it asks :func:`mul_fix` here.  No public report
+(OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand, ``__rdiv__``'s
+``reciprocal(int64) * int64``).
 """
 from __future__ import annotations
 
@@ -16,29 +23,66 @@ from . import _select
 
 _aten = torch.ops.aten
 
-OPS = (_aten.div.Tensor, _aten.div.Tensor_mode, _aten.div_.Tensor, _aten.div_.Tensor_mode,
-       _aten.remainder.Tensor, _aten.remainder_.Tensor, _aten.floor_divide.default,
-       _aten.floor_divide_.Tensor, _aten.atan2.default, _aten.atan2_.default,
-       _aten.pow.Tensor_Tensor, _aten.pow_.Tensor)
+# these cast integer operands (they compute in float): wrong for integers of one dtype too
+INTEGER_OPS = (_aten.div.Tensor, _aten.div.Tensor_mode, _aten.div_.Tensor, _aten.div_.Tensor_mode,
+               _aten.remainder.Tensor, _aten.remainder_.Tensor, _aten.floor_divide.default,
+               _aten.floor_divide_.Tensor, _aten.atan2.default, _aten.atan2_.default,
+               _aten.pow.Tensor_Tensor, _aten.pow_.Tensor)
+# these cast an operand only when the dtypes differ (int64 + int64 of different ranks is right)
+MIXED_OPS = (_aten.add.Tensor, _aten.add_.Tensor, _aten.sub.Tensor, _aten.sub_.Tensor, _aten.rsub.Tensor,
+       _aten.maximum.default, _aten.minimum.default,
+       _aten.eq.Tensor, _aten.ne.Tensor, _aten.lt.Tensor, _aten.le.Tensor, _aten.gt.Tensor, _aten.ge.Tensor)
+MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)        # a MIXED_OPS member, with the dispatcher's kernel
+OPS = INTEGER_OPS + MIXED_OPS + MUL
 
 
-def ranks_differ(a, b) -> bool:
-    """Two integer or bool tensors, neither 0-dim, of different ranks: the failing case."""
+def _integral(t) -> bool:
+    return not (t.is_floating_point() or t.is_complex())
+
+
+def ranks_differ(a, b, integer_op: bool = True) -> bool:
+    """Two tensors, neither 0-dim, of different ranks, one of them cast: of different dtypes,
+    or both integer or bool for an op of :data:`INTEGER_OPS`.  The failing case."""
     return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() > 0 and b.dim() > 0
-            and a.dim() != b.dim() and not (a.is_floating_point() or a.is_complex())
-            and not (b.is_floating_point() or b.is_complex()))
+            and a.dim() != b.dim() and (a.dtype != b.dtype or (integer_op and _integral(a) and _integral(b))))
 
 
 def _same_rank(op, keyset, args, kwargs):
     """The operand of fewer dimensions gets leading size-1 ones (a view): the broadcast is the
     same, and so is the CPU's loop over it (expanding would change float rounding in atan2)."""
     a, b = args[0], args[1]
-    if not ranks_differ(a, b):
+    if not ranks_differ(a, b, op in INTEGER_OPS):
         return None
     rank = max(a.dim(), b.dim())
     a, b = (t[(None,) * (rank - t.dim())] for t in (a, b))
     return (a, b) + tuple(args[2:]), kwargs
 
 
-_kernels = _select.Kernels({op: _same_rank for op in OPS})
-install, uninstall = _kernels.install, _kernels.uninstall
+_on = False
+
+
+def mul_fix(args, kwargs):
+    """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix, or this patch off)."""
+    return _same_rank(None, None, args, kwargs) if _on else None
+
+
+_kernels = _select.Kernels({op: _same_rank for op in INTEGER_OPS + MIXED_OPS})
+_mul_kernels = _select.Kernels({op: _same_rank for op in MUL})
+
+
+def install(ctx) -> None:
+    """The kernels; ``mul``'s too where the dispatcher net holds none (its kernel calls
+    :func:`mul_fix` otherwise: one Python BackendSelect kernel per overload)."""
+    global _on
+    from . import dispatcher
+    _kernels.install(ctx)
+    _on = True
+    if not all(dispatcher.holds(op) for op in MUL):
+        _mul_kernels.install(ctx)
+
+
+def uninstall() -> None:
+    global _on
+    _on = False
+    _mul_kernels.uninstall()
+    _kernels.uninstall()

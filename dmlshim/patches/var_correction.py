@@ -1,0 +1,37 @@
+"""``var``/``std_mean`` over every dimension are silently wrong on the real torch-directml 0.2.5
+binary when the call names no dimension or no correction.
+
+Measured (``var.correction`` and ``std_mean.correction`` are DirectML kernels; ``std`` and
+``var_mean`` go to its CPU fallback and are right): ``x.var()`` and ``torch.std_mean(x)``
+(``dim=None``, ``correction=None``) divide by ``n``, not ``n - 1`` (a 5x5x5 input: 27.57 for
+27.80); ``dim=[]`` with ``correction=1`` gives ``inf``; ``keepdim=True`` without ``dim`` a 0-dim
+result; a 0-dim input no tensor at all.  ``dim=None`` with an explicit ``correction`` and a
+list of every dimension are right, so the fix names them and stays on the device (a 0-dim
+input runs on the CPU).  No public report (OpInfo's ``var`` and ``std_mean`` samples).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+
+_aten = torch.ops.aten
+OPS = (_aten.var.correction, _aten.std_mean.correction)
+
+
+def _every_dim(op, keyset, args, kwargs):
+    self = args[0]
+    kwargs = dict(kwargs)
+    dim = args[1] if len(args) > 1 else kwargs.pop("dim", None)
+    if dim is not None and len(dim) > 0 and kwargs.get("correction") is not None:
+        return None
+    if self.dim() == 0:
+        return _select.on_cpu(op, args, kwargs)
+    if dim is None or len(dim) == 0:
+        dim = list(range(self.dim()))
+    correction = kwargs.get("correction")
+    return (self, dim), {**kwargs, "correction": 1 if correction is None else correction}
+
+
+_kernels = _select.Kernels({op: _every_dim for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall
