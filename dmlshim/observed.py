@@ -120,6 +120,14 @@ def _var_correction(device):
     return (torch.arange(6.0).view(2, 3) ** 2).to(device).var()
 
 
+def _dropout_backward(device):
+    """`native_dropout_backward` (dropout's gradient) of a 2x3 ramp under a mask, scale 2, as
+    float32 (the defect's bool compared by value)."""
+    mask = torch.tensor([[True, False, True], [False, True, True]])
+    return torch.ops.aten.native_dropout_backward((torch.arange(6.0).view(2, 3) - 2.5).to(device),
+                                                  mask.to(device), 2.0).to(torch.float32)
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -185,6 +193,9 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("var_correction", "none", _REFUSED,
            "var()/std_mean() over every dimension without a correction divide by n, not n - 1; "
            "dim=[] gives inf, keepdim a 0-dim result (silent)", _probe(_var_correction), ("var_correction",)),
+    Defect("dropout_backward", "none", _REFUSED,
+           "native_dropout_backward (dropout's gradient) returns bool: the gradient truncated, != 0, "
+           "and the mask; the scale lost (silent)", _probe(_dropout_backward), ("dropout_backward",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

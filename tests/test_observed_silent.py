@@ -115,17 +115,30 @@ def _var_correction(d):
             torch.var(x, unbiased=False), torch.tensor(3.0).to(d).var(correction=0))
 
 
+def _dropout_backward(d):
+    """dropout's gradient of float32, float16 and int64 gradients (OpInfo's dtypes), scale 1 and
+    2, and through autograd: dropout with p=0 in training mode keeps every value."""
+    grad, mask = (_ramp(3, 4, 5) - 8).to(d), (_ramp(3, 4, 5) > 6).to(d)
+    x = _ramp(2, 3).to(d).requires_grad_()
+    F.dropout(x, 0.0, training=True).mul(_ramp(2, 3).to(d)).sum().backward()
+    return tuple(torch.ops.aten.native_dropout_backward(g, mask, s) for g in (grad, grad.half(), grad.long())
+                 for s in (1.0, 2.0)) + (x.grad,)
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
           "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast,
-          "bool_minmax": _bool_minmax, "var_correction": _var_correction}
+          "bool_minmax": _bool_minmax, "var_correction": _var_correction,
+          "dropout_backward": _dropout_backward}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
          "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast",
-         "bool_minmax": "bool_minmax", "var_correction": "var_correction"}
+         "bool_minmax": "bool_minmax", "var_correction": "var_correction",
+         "dropout_backward": "dropout_backward"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
             "int_broadcast": tuple(op.name().split("::", 1)[1] for op in int_broadcast.OPS),
-            "bool_minmax": ("max", "min"), "var_correction": ("var.correction", "std_mean.correction")}
+            "bool_minmax": ("max", "min"), "var_correction": ("var.correction", "std_mean.correction"),
+            "dropout_backward": ("native_dropout_backward",)}
 
 
 def _rules_of(name):

@@ -250,6 +250,13 @@ def _population(op):
     return replace
 
 
+def _dml_dropout_backward(grad, mask, scale):
+    """The real binary's answer: float x bool ``mul``'s (the gradient truncated, ``!= 0``),
+    and the mask; bool, the scale lost (measured)."""
+    return _backend.run_on_cpu(torch.ops.aten.native_dropout_backward.default, (grad, mask, scale), {},
+                               kernel=lambda g, m, s: (g.trunc() != 0) & m)
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -299,6 +306,9 @@ def refused_cases():
         *(dict(op=name, when=_no_dim_no_correction, replace=_population(getattr(torch.ops.aten, name.split(".")[0]).correction),
                source=SOURCE.format(f"{name} over every dimension without a correction divides by n (silent)"))
           for name in ("var.correction", "std_mean.correction")),
+        dict(op="native_dropout_backward", replace=_dml_dropout_backward,
+             source=SOURCE.format("native_dropout_backward returns bool (float x bool mul's truncation; "
+                                  "silent)")),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),
