@@ -128,6 +128,12 @@ def _dropout_backward(device):
                                                   mask.to(device), 2.0).to(torch.float32)
 
 
+def _int_addmm(device):
+    """`addmm` of 2x2 int64 ramps with `alpha=1.5, beta=0.5` (the CPU: 1 and 0)."""
+    m = torch.arange(4).view(2, 2).to(device)
+    return torch.addmm(m, m, m, alpha=1.5, beta=0.5)
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -196,6 +202,9 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("dropout_backward", "none", _REFUSED,
            "native_dropout_backward (dropout's gradient) returns bool: the gradient truncated, != 0, "
            "and the mask; the scale lost (silent)", _probe(_dropout_backward), ("dropout_backward",)),
+    Defect("int_addmm", "none", _REFUSED,
+           "addmm/baddbmm of integer tensors with a fractional alpha or beta scale by the float "
+           "values (the CPU truncates them first; silent)", _probe(_int_addmm), ("int_addmm",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

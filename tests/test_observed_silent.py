@@ -125,20 +125,32 @@ def _dropout_backward(d):
                  for s in (1.0, 2.0)) + (x.grad,)
 
 
+def _int_addmm(d):
+    """OpInfo's int64 addmm/baddbmm with alpha 0.6, beta 0.2; 1.5 and 2.5; negative; in place;
+    integral scalars and float tensors (the device's own route)."""
+    a, m1, m2 = (_ramp(3, 4) - 8).long().to(d), (_ramp(3, 5) - 8).long().to(d), (_ramp(5, 4) - 8).long().to(d)
+    inplace = a.clone()
+    inplace.addmm_(m1, m2, alpha=1.5, beta=2.5)
+    return (torch.addmm(a, m1, m2, alpha=0.6, beta=0.2), torch.addmm(a, m1, m2, alpha=-1.5),
+            torch.baddbmm(a[None], m1[None], m2[None], beta=0.2, alpha=0.6), inplace,
+            torch.addmm(a, m1, m2, alpha=2, beta=3), torch.addmm(a.float(), m1.float(), m2.float(), alpha=0.6))
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
           "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast,
           "bool_minmax": _bool_minmax, "var_correction": _var_correction,
-          "dropout_backward": _dropout_backward}
+          "dropout_backward": _dropout_backward, "int_addmm": _int_addmm}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
          "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast",
          "bool_minmax": "bool_minmax", "var_correction": "var_correction",
-         "dropout_backward": "dropout_backward"}
+         "dropout_backward": "dropout_backward", "int_addmm": "int_addmm"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
             "int_broadcast": tuple(op.name().split("::", 1)[1] for op in int_broadcast.OPS),
             "bool_minmax": ("max", "min"), "var_correction": ("var.correction", "std_mean.correction"),
-            "dropout_backward": ("native_dropout_backward",)}
+            "dropout_backward": ("native_dropout_backward",),
+            "int_addmm": ("addmm", "addmm_", "baddbmm", "baddbmm_")}
 
 
 def _rules_of(name):

@@ -257,6 +257,23 @@ def _dml_dropout_backward(grad, mask, scale):
                                kernel=lambda g, m, s: (g.trunc() != 0) & m)
 
 
+def _fractional_scalars(self, *_, alpha=1, beta=1):
+    from ..patches.int_addmm import fractional
+    return fractional(self, alpha, beta)
+
+
+@functools.lru_cache(maxsize=None)
+def _float_scalars(op):
+    """The real binary's answer: ``beta * self + alpha * (mat1 @ mat2)`` with the float scalars,
+    cast back (in place: into ``self``)."""
+    def replace(self, mat1, mat2, *, beta=1, alpha=1):
+        def scaled(s, m1, m2):
+            value = (beta * s.double() + alpha * torch.matmul(m1, m2).double()).to(s.dtype)
+            return s.copy_(value) if op._schema.is_mutable else value
+        return _backend.run_on_cpu(op, (self, mat1, mat2), {"beta": beta, "alpha": alpha}, kernel=lambda *a, **k: scaled(*a))
+    return replace
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -309,6 +326,9 @@ def refused_cases():
         dict(op="native_dropout_backward", replace=_dml_dropout_backward,
              source=SOURCE.format("native_dropout_backward returns bool (float x bool mul's truncation; "
                                   "silent)")),
+        *(dict(op=name, when=_fractional_scalars, replace=_float_scalars(getattr(torch.ops.aten, name).default),
+               source=SOURCE.format(f"{name} of integers with a fractional alpha/beta (silent)"))
+          for name in ("addmm", "addmm_", "baddbmm", "baddbmm_")),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),

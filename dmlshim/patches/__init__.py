@@ -138,6 +138,8 @@ REGISTRY: Tuple[Patch, ...] = (
                             "named, on the device"),
     Patch("dropout_backward", "native_dropout_backward (dropout's gradient) comes back bool (measured on "
                               "the real 0.2.5 binary): grad * mask * scale, on the device"),
+    Patch("int_addmm", "addmm/baddbmm of integers with a fractional alpha/beta scale by the float values "
+                       "(measured on the real 0.2.5 binary): truncated as the CPU does, on the device"),
     Patch("bool_minmax", "max()/min() of a bool tensor come back int32 (measured on the real 0.2.5 "
                          "binary): cast back to bool, on the device"),
     # refused's retry answers every call it holds, so it comes after the fixes that share

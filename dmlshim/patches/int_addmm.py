@@ -1,0 +1,32 @@
+"""``addmm``/``baddbmm`` of integer tensors with a fractional ``alpha`` or ``beta`` are silently
+wrong on the real torch-directml 0.2.5 binary: it scales by the float values, where PyTorch
+casts both to the tensors' integer type first (``alpha=0.6, beta=0.2`` gives zeros on the CPU).
+Measured with OpInfo's int64 samples; integral ``alpha``/``beta`` (1 and 1, 2 and 3) and float
+tensors are right, so the fix truncates them as the CPU does and stays on the device.  No
+public report.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+
+_aten = torch.ops.aten
+OPS = (_aten.addmm.default, _aten.addmm_.default, _aten.baddbmm.default, _aten.baddbmm_.default)
+
+
+def fractional(self, alpha, beta) -> bool:
+    """An integer or bool ``self`` with an ``alpha`` or ``beta`` that is not an integer."""
+    return (isinstance(self, torch.Tensor) and not (self.is_floating_point() or self.is_complex())
+            and any(isinstance(s, float) and not s.is_integer() for s in (alpha, beta)))
+
+
+def _truncated(op, keyset, args, kwargs):
+    alpha, beta = kwargs.get("alpha", 1), kwargs.get("beta", 1)
+    if not fractional(args[0], alpha, beta):
+        return None
+    return args, {**kwargs, "alpha": int(alpha), "beta": int(beta)}
+
+
+_kernels = _select.Kernels({op: _truncated for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall
