@@ -291,3 +291,34 @@ def test_stack_failures_are_counted_apart(dml_device, monkeypatch):
     assert result.cls == "stack" and "err: dxil-spirv" in result.message
     monkeypatch.setattr(conformance, "run_sample", failing(False))
     assert conformance._run_unless_fatal(case, dml_device).cls == "error"
+
+
+def test_ties_in_another_order_are_close_and_only_ties(dml_device, monkeypatch):
+    """sort/argsort (not stable) and topk promise no order among equal values: the real
+    binary lists them in input order where the CPU's sort need not. Indices that pick the
+    CPU's values are ``close``; a stable sort, indices that pick other values, or repeated
+    indices stay ``wrong_values``."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    x = torch.tensor([2.0, 1.0, 2.0, 1.0, 3.0])
+    ascending = torch.tensor([1.0, 1.0, 2.0, 2.0, 3.0])
+    monkeypatch.setattr(conformance, "_reproducible", lambda case: True)
+
+    def verdict(op, cpu, device, args=(), kwargs=None):
+        case = dataclasses.replace(_case(op, SampleInput(x, args=args, kwargs=kwargs or {})),
+                                   expected=cpu)
+        on_device = tuple(t.to(dml_device) for t in device) if isinstance(device, tuple) \
+            else device.to(dml_device)
+        monkeypatch.setattr(case, "opinfo", lambda *a, **k: on_device)
+        return conformance.run_sample(case, dml_device).cls
+
+    cpu, in_input_order = torch.tensor([3, 1, 2, 0, 4]), torch.tensor([1, 3, 0, 2, 4])
+    assert verdict("sort", (ascending, cpu), (ascending, in_input_order)) == "close"
+    assert verdict("argsort", cpu, in_input_order) == "close"
+    assert verdict("sort", (ascending, cpu), (ascending, in_input_order),
+                   kwargs={"stable": True}) == "wrong_values"
+    assert verdict("argsort", cpu, torch.tensor([1, 1, 0, 2, 4])) == "wrong_values"   # repeated
+    assert verdict("argsort", cpu, torch.tensor([0, 3, 1, 2, 4])) == "wrong_values"   # other values
+    top = torch.tensor([3.0, 2.0])
+    assert verdict("topk", (top, torch.tensor([4, 0])), (top, torch.tensor([4, 2])), args=(2,)) == "close"
+    assert verdict("topk", (top, torch.tensor([4, 0])), (top, torch.tensor([4, 1])), args=(2,)) == "wrong_values"
