@@ -1,0 +1,41 @@
+#!/bin/bash
+# The real torch-directml 0.2.5 (cp312 bundle, torch 2.4.1 without its CUDA half) on this
+# machine's GPU through the stack's vkd3d-proton and NVIDIA's Vulkan driver.
+REPO=$PWD; S=/root/stage; B=/root/b; LOG=$OUT/run.log
+exec > >(tee -a $LOG) 2>&1
+t0=$(date +%s); el() { echo "[+$(( $(date +%s) - t0 ))s] $*"; }
+cp .gpu3/* $S/
+cd $S && cat b312.part00 b312.part01 b312.part02 > bundle.tar.zst && sha256sum -c SUM
+mkdir -p $B/extra && LD_LIBRARY_PATH=$S $S/zstd -d -T0 --long=27 -c bundle.tar.zst | tar xf - -C $B || { el "extract failed"; exit 3; }
+python3 -m pip install -q --no-index --no-deps --target $B/extra $S/*.whl
+for f in $S/*.deb; do dpkg -x $f /; done; ldconfig
+el extracted
+nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version --format=csv
+ICD=""
+for f in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do [ -f $f ] && { ICD=$f; break; }; done
+[ -z "$ICD" ] && ICD=$(find / -name 'nvidia_icd*.json' -not -path '/proc/*' 2>/dev/null | head -1)
+echo "ICD=$ICD"; cat "$ICD"
+export LD_LIBRARY_PATH=$B/stack/lib:/usr/local/nvidia/lib64:/usr/local/nvidia/lib:${LD_LIBRARY_PATH:-}
+export VK_DRIVER_FILES=$ICD VK_ICD_FILENAMES=$ICD VKD3D_SHADER_CACHE_PATH=/tmp/vkd3dcache XDG_RUNTIME_DIR=/tmp/xdg
+export CUDA_VISIBLE_DEVICES="" DMLSHIM_REALDML=$B/stack VKD3D_DEBUG=err VKD3D_SHADER_DEBUG=err PYTHONUNBUFFERED=1
+export PYTHONPATH=$B/site:$B/extra:$REPO
+mkdir -p /tmp/vkd3dcache /tmp/xdg; chmod 700 /tmp/xdg
+cd $REPO
+DMLSHIM_REALDML_FP64=1 timeout 60 python3 -c "import torch, torch_directml as t; d=t.device(); print(t.device_name(0), t.has_float64_support(0)); print(torch.ones(3, device=d) + 1)"
+rc=$?; el "hello rc=$rc"; [ $rc = 0 ] || { VK_LOADER_DEBUG=error,warn,driver VKD3D_DEBUG=warn DMLSHIM_REALDML_FP64=1 timeout 60 python3 -c "import torch, torch_directml as t; print(t.device_count())" 2>&1 | tail -30; exit 4; }
+DMLSHIM_REALDML_FP64=1 timeout 80 python3 $S/repro.py $OUT/repro-fp64.json
+el "repro rc=$?"
+for fp in 0 1; do
+  DMLSHIM_REALDML_FP64=$fp timeout 45 python3 -m dmlshim doctor --device directml --json $OUT/doctor-fp64-$fp.json --seconds 10 | tail -25
+  el "doctor fp64=$fp rc=$?"
+done
+SKIP="raw:to.:,shim:to.:,raw:flip.:,shim:flip.:,raw:linalg.solve.:,shim:linalg.solve.:"
+i=1
+for ops in '^(?!nn\.functional\.prelu)[a-f]' '^[g-n]' '^[o-z_]'; do
+  DMLSHIM_REALDML_FP64=0 DMLSHIM_CONFORMANCE_SKIP=$SKIP timeout 85 python3 -m dmlshim conformance --device directml \
+     --samples 4 --mode both --ops "$ops" --json $OUT/conf-c$i.json --no-progress 2>&1 | grep -v Warning | tail -12
+  el "conformance $ops rc=$?"; i=$((i + 1))
+done
+DMLSHIM_REALDML_FP64=0 DMLSHIM_TEST_DEVICE=directml timeout 70 python3 -m pytest -q -p no:cacheprovider --timeout 60 \
+   tests/test_observed_silent.py tests/test_observed_defects.py tests/test_reported_defects.py 2>&1 | tail -25
+el "pytest rc=$?"
