@@ -62,12 +62,14 @@ def _table(kind, arg, pattern=None):
         return fidelity_routing_table()
     if kind == "doctor" and arg:
         return doctor_table([arg] + (pattern.split() if pattern else []))
+    if kind == "repro" and arg and pattern:
+        return repro_table([arg] + pattern.split())
     if kind in _NAMED and arg is None:
         return _NAMED[kind]()
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
                      "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', "
-                     "'fidelity defects', 'fidelity routing'")
+                     "'fidelity defects', 'fidelity routing', 'repro FILE.json FILE.json ...'")
 
 
 def _load(name):
@@ -263,6 +265,25 @@ def doctor_table(names):
                      + "".join(f"; {f['class']} `{f['op']}{'.' + f['variant'] if f['variant'] else ''}`"
                                f"[{f['index']}]" for f in c.get("failures", [])) + ".")
     return "\n".join(lines + [""] + ["- " + n for n in notes])
+
+
+def repro_table(names):
+    """``benchmarks/realdml_gpu/repro.py`` runs side by side: per row, raw torch-directml's
+    difference from the CPU on each adapter (max |Δ| for floats, differing elements for
+    integers and bools, or the error)."""
+    runs = [(name, _load(name)) for name in names]
+    head = ["| row | " + " | ".join(f"{_cell(d['adapter'].strip())} (`{n}`)" for n, d in runs) + " |",
+            "|---|" + "---|" * len(runs)]
+
+    def cell(value):
+        if isinstance(value, list):
+            return ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in value)
+        if isinstance(value, dict):
+            return f"exit {value['rc']}" + (f": {value['err'].splitlines()[-1][-90:]}" if value.get("err") else "")
+        return str(value)[:90]
+    rows = [f"| `{row}` | " + " | ".join(_cell(cell(d["rows"].get(row, "-"))) for _, d in runs) + " |"
+            for row in runs[0][1]["rows"]]
+    return "\n".join(head + rows)
 
 
 def _source(name, d):

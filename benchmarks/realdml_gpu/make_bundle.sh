@@ -24,7 +24,7 @@ for d in .gpu1 .gpu2 .gpu3; do rm -rf $d; mkdir $d; grep -qx "/$d/" .git/info/ex
 (cd $W && split -n 3 -d bundle.tar.zst part && sha256sum bundle.tar.zst > SUM)
 mv $W/part00 .gpu1/b312.part00; mv $W/part01 .gpu2/b312.part01; mv $W/part02 .gpu3/b312.part02
 cp /usr/bin/zstd $(ldd /usr/bin/zstd | awk '/lz4|lzma/{print $3}') .gpu2/
-cp $W/SUM benchmarks/realdml_gpu/run.sh benchmarks/realdml_gpu/repro.py .gpu3/
+cp $W/SUM benchmarks/realdml_gpu/run.sh benchmarks/realdml_gpu/repro.py benchmarks/realdml_gpu/quick.py .gpu3/
 PIP_CONSTRAINT= pip download -q --no-deps -d .gpu3 expecttest platformdirs
 o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
 mkdir -p /tmp/amd64/partial && apt-get $o update >/dev/null && (cd .gpu3 && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)

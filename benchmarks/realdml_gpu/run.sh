@@ -21,8 +21,21 @@ export CUDA_VISIBLE_DEVICES="" DMLSHIM_REALDML=$B/stack VKD3D_DEBUG=err VKD3D_SH
 export PYTHONPATH=$B/site:$B/extra:$REPO
 mkdir -p /tmp/vkd3dcache /tmp/xdg; chmod 700 /tmp/xdg
 cd $REPO
+A=VK_NV_device_diagnostic_checkpoints,VK_NV_low_latency2,VK_NVX_binary_import,VK_NVX_image_view_handle,VK_NV_device_generated_commands,VK_NV_device_generated_commands_compute,VK_NV_memory_decompression,VK_NV_raw_access_chains,VK_EXT_device_fault,VK_EXT_memory_priority,VK_EXT_pageable_device_local_memory,VK_EXT_device_generated_commands,VK_NV_shader_subgroup_partitioned,VK_NV_compute_shader_derivatives,VK_KHR_compute_shader_derivatives,VK_NV_optical_flow,VK_EXT_device_address_binding_report,VK_NV_descriptor_pool_overallocation,VK_NV_cooperative_matrix,VK_KHR_cooperative_matrix,VK_NV_cooperative_matrix2
+G=VK_KHR_global_priority,VK_EXT_global_priority,VK_EXT_global_priority_query,VK_KHR_swapchain,VK_KHR_present_id,VK_KHR_present_wait,VK_EXT_swapchain_maintenance1,VK_EXT_memory_budget,VK_EXT_calibrated_timestamps,VK_KHR_calibrated_timestamps,VK_EXT_external_memory_host,VK_KHR_external_memory_fd,VK_KHR_external_semaphore_fd,VK_KHR_external_fence_fd,VK_EXT_image_drm_format_modifier,VK_EXT_hdr_metadata,VK_AMD_buffer_marker
+R=VK_KHR_ray_tracing_pipeline,VK_KHR_acceleration_structure,VK_KHR_ray_query,VK_KHR_ray_tracing_maintenance1,VK_KHR_deferred_host_operations,VK_KHR_pipeline_library,VK_EXT_opacity_micromap,VK_EXT_descriptor_buffer,VK_EXT_mesh_shader,VK_EXT_fragment_shader_interlock,VK_KHR_fragment_shading_rate,VK_EXT_conservative_rasterization,VK_EXT_image_sliced_view_of_3d,VK_EXT_shader_object,VK_EXT_graphics_pipeline_library,VK_KHR_maintenance7,VK_KHR_maintenance8
+for v in "" "$G" "$A,$G" "$A,$G,$R"; do
+  n=$(VKD3D_DISABLE_EXTENSIONS=$v timeout 30 python3 -c "import torch_directml as t; print(t.device_count())" 2>/dev/null | tail -1)
+  echo "disabled=[${v:0:60}...] count=$n"; [ "$n" = "1" ] && { export VKD3D_DISABLE_EXTENSIONS=$v; break; }
+done
 DMLSHIM_REALDML_FP64=1 timeout 60 python3 -c "import torch, torch_directml as t; d=t.device(); print(t.device_name(0), t.has_float64_support(0)); print(torch.ones(3, device=d) + 1)"
 rc=$?; el "hello rc=$rc"; [ $rc = 0 ] || { VK_LOADER_DEBUG=error,warn,driver VKD3D_DEBUG=warn DMLSHIM_REALDML_FP64=1 timeout 60 python3 -c "import torch, torch_directml as t; print(t.device_count())" 2>&1 | tail -30; exit 4; }
+if [ -n "${QUICK:-}" ]; then
+  DMLSHIM_REALDML_FP64=1 timeout 60 python3 $S/quick.py 2>&1 | grep -v check_extensions
+  DMLSHIM_REALDML_FP64=0 DMLSHIM_TEST_DEVICE=directml timeout 90 python3 -m pytest -q -p no:cacheprovider --timeout 60 -rf --tb=short \
+    tests/test_observed_silent.py -k "test_with_the_shim_equals_cpu" 2>&1 | grep -a -E "^E |Error|assert|FAILED|passed|failed" | grep -v check_extensions | head -60
+  exit 0
+fi
 DMLSHIM_REALDML_FP64=1 timeout 80 python3 $S/repro.py $OUT/repro-fp64.json
 el "repro rc=$?"
 for fp in 0 1; do

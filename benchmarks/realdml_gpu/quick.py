@@ -1,0 +1,12 @@
+import torch, torch_directml as t
+d = t.device()
+x = torch.tensor([1.5, -2.25, 3.0, 0.5], dtype=torch.float16)
+print("to/back", x.to(d).cpu().tolist())
+print("full", torch.full((4,), 1.5, dtype=torch.float16, device=d).cpu().tolist())
+print("cat", torch.cat([x.to(d), x.to(d)]).cpu().tolist())
+print("add1", (x.to(d) + 1).cpu().tolist())
+print("f32->f16", x.float().to(d).half().cpu().tolist())
+print("f16->f32", x.to(d).float().cpu().tolist())
+y = torch.arange(12, dtype=torch.float16).view(3, 4)
+print("t().contig", y.to(d).t().contiguous().cpu().tolist())
+print("slice", y.to(d)[:, 1:3].contiguous().cpu().tolist())
