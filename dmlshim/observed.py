@@ -134,6 +134,31 @@ def _int_addmm(device):
     return torch.addmm(m, m, m, alpha=1.5, beta=0.5)
 
 
+def _conv_transpose_padding(device):
+    """`conv_transpose1d` of a 1x1x4 ramp, stride 2, `output_padding=1` (its last value: bias)."""
+    x = torch.arange(1.0, 5.0).view(1, 1, 4).to(device)
+    return F.conv_transpose1d(x, torch.ones(1, 1, 3).to(device), torch.tensor([0.5]).to(device),
+                              stride=2, output_padding=1)
+
+
+def _batch_norm_stats(device):
+    """`native_batch_norm`'s saved statistics in eval mode and of one channel in training."""
+    x, stats = torch.arange(6.0).view(3, 1, 2).to(device), torch.ones(1).to(device)
+    aten = torch.ops.aten
+    return (*aten.native_batch_norm(x, None, None, stats, stats, False, 0.1, 1e-5)[1:],
+            *aten.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)[1:])
+
+
+def _softplus_beta(device):
+    """`softplus` of a ramp with `beta=3, threshold=0.2` (OpInfo's)."""
+    return F.softplus(torch.linspace(-1, 1, 21).to(device), beta=3, threshold=0.2)
+
+
+def _avg_pool_ceil(device):
+    """`avg_pool1d` of a 9-value ramp, kernel 3, stride 3, padding 1, `ceil_mode=True`."""
+    return F.avg_pool1d(torch.arange(1.0, 10.0).view(1, 1, 9).to(device), 3, 3, 1, ceil_mode=True)
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -205,6 +230,22 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("int_addmm", "none", _REFUSED,
            "addmm/baddbmm of integer tensors with a fractional alpha or beta scale by the float "
            "values (the CPU truncates them first; silent)", _probe(_int_addmm), ("int_addmm",)),
+    Defect("conv_transpose_padding", "none", _REFUSED,
+           "transposed convolution with an output_padding: its last output_padding positions zero, the "
+           "bias too; the backward's input gradient zero there, the weight gradient wrong (silent)",
+           _probe(_conv_transpose_padding), ("conv_transpose_padding",)),
+    Defect("batch_norm_stats", "none", _REFUSED,
+           "native_batch_norm in eval mode returns the running statistics as save_mean/save_invstd (the "
+           "CPU: empty), one channel in training 0-dim ones; its backward 0-dim weight/bias gradients "
+           "for one channel (autograd refuses them)", _probe(_batch_norm_stats), ("batch_norm_stats",)),
+    Defect("softplus_beta", "none", _REFUSED,
+           "softplus with beta != 1 takes the linear branch where x > threshold, not x * beta > "
+           "threshold (silent), beta < 1 refused (E_INVALIDARG); softplus_backward has no linear branch "
+           "(silent, NaN where exp overflows)", _probe(_softplus_beta),
+           ("softplus_beta",)),
+    Defect("avg_pool_ceil", "none", _REFUSED,
+           "avg_pool with ceil_mode=True and count_include_pad=True divides a last window past the "
+           "padded input by the whole kernel (silent)", _probe(_avg_pool_ceil), ("avg_pool_ceil",)),
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),

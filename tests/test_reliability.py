@@ -102,7 +102,8 @@ ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto
                "unique",                                          # unique: #47, on by default
                "refused", "fallback_out", "max_pool_ceil", "adaptive_pool", "masked_select",
                "pad_negative", "combinations", "int_broadcast", "bool_minmax",
-               "var_correction", "dropout_backward", "int_addmm"}   # the real binary
+               "var_correction", "dropout_backward", "int_addmm",
+               "conv_transpose_padding", "batch_norm_stats", "softplus_beta", "avg_pool_ceil"}   # the real binary
 if torch.__version__.startswith("2.4."):      # new_device_index not modelled there (test_legacy_new)
     ALL_PATCHES.discard("legacy_new")
 

@@ -274,6 +274,119 @@ def _float_scalars(op):
     return replace
 
 
+def _output_padding(input, weight, bias_or_grad, stride, padding, dilation, transposed, output_padding,
+                    *_, **kw):
+    """A transposed convolution with an ``output_padding`` (forward or backward)."""
+    return bool(transposed) and any(int(p) for p in output_padding) and not kw
+
+
+def _zero_last(t, output_padding):
+    """``t``'s last ``output_padding`` positions of each spatial dimension zeroed."""
+    t = t.clone()
+    for dim, extra in enumerate(int(p) for p in output_padding):
+        if extra:
+            t.narrow(dim + 2, t.shape[dim + 2] - extra, extra).zero_()
+    return t
+
+
+def _dml_conv_transpose(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """The real binary's answer: the last ``output_padding`` positions zero, the bias too."""
+    return _backend.run_on_cpu(torch.ops.aten.convolution.default,
+                               (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups),
+                               {}, kernel=lambda *a: _zero_last(torch.ops.aten.convolution.default(*a), output_padding))
+
+
+def _dml_conv_transpose_backward(grad_output, input, weight, stride, padding, dilation, transposed,
+                                 output_padding, groups, output_mask):
+    """The real binary's input gradient: zero at the input's last ``output_padding`` positions
+    (its weight gradient, also wrong, is not modelled)."""
+    bias_sizes = [weight.shape[1] * groups]
+
+    def kernel(*a):
+        grads = torch.ops.aten.convolution_backward.default(*a)
+        return (_zero_last(grads[0], output_padding) if grads[0] is not None else None, *grads[1:])
+    return _backend.run_on_cpu(torch.ops.aten.convolution_backward.default,
+                               (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                                output_padding, groups, output_mask), {}, kernel=kernel)
+
+
+def _batch_norm_saves(input, weight, bias, running_mean, running_var, training, *_, **kw):
+    """Eval mode with running statistics, or one channel (no ``out=``)."""
+    return not kw and ((not training and running_mean is not None) or input.shape[1] == 1)
+
+
+def _dml_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """The real binary's saved statistics: the running ones in eval mode, 0-dim for one channel."""
+    def kernel(*a):
+        output, mean, invstd = torch.ops.aten.native_batch_norm.default(*a)
+        if not training:
+            return output, a[3].clone(), a[4].clone()
+        return output, mean.reshape(()), invstd.reshape(())
+    return _backend.run_on_cpu(torch.ops.aten.native_batch_norm.default,
+                               (input, weight, bias, running_mean, running_var, training, momentum, eps), {},
+                               kernel=kernel)
+
+
+def _one_channel(grad_out, input, *_, **kw):
+    return not kw and input.dim() > 1 and input.shape[1] == 1
+
+
+def _dml_batch_norm_backward(*args):
+    """The real binary's one-channel weight and bias gradients: 0-dim."""
+    def kernel(*a):
+        grads = torch.ops.aten.native_batch_norm_backward.default(*a)
+        return tuple(g.reshape(()) if i and g is not None else g for i, g in enumerate(grads))
+    return _backend.run_on_cpu(torch.ops.aten.native_batch_norm_backward.default, args, {}, kernel=kernel)
+
+
+def _into(value, out):
+    """``value``, or ``out`` resized and holding it (a structured op's ``.out`` overload, which
+    the emulator's kernels serve)."""
+    return value if out is None else out.resize_(value.shape).copy_(value)
+
+
+def _beta_below_one(self, beta=1, threshold=20, **_):
+    return beta < 1
+
+
+def _beta_not_one(self, beta=1, threshold=20, **_):
+    return beta != 1
+
+
+def _dml_softplus(self, beta=1, threshold=20, out=None):
+    """The real binary's answer: the linear branch where ``x > threshold`` (not ``x * beta``)."""
+    def kernel(x, *_):
+        wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        return torch.where(wide > threshold, wide, torch.log1p(torch.exp(wide * beta)) / beta).to(x.dtype)
+    return _into(_backend.run_on_cpu(torch.ops.aten.softplus.default, (self, beta, threshold), {}, kernel=kernel), out)
+
+
+def _dml_softplus_backward(grad_output, self, beta, threshold, grad_input=None):
+    """The real binary's gradient: no linear branch, ``grad * z / (z + 1)``, ``z = exp(x * beta)``."""
+    def kernel(g, x, *_):
+        z = torch.exp((x.float() if x.dtype in (torch.float16, torch.bfloat16) else x) * beta)
+        return (g * z / (z + 1)).to(g.dtype)
+    return _into(_backend.run_on_cpu(torch.ops.aten.softplus_backward.default, (grad_output, self, beta, threshold),
+                                     {}, kernel=kernel), grad_input)
+
+
+def _last_window_past(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                      divisor_override=None, **_):
+    from ..patches.avg_pool_ceil import geometry
+    return geometry(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                               divisor_override) is not None
+
+
+def _dml_avg_pool(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                  divisor_override=None, out=None):
+    """The real binary's answer: every window divided by the whole kernel."""
+    from ..patches.avg_pool_ceil import geometry
+    kernel = geometry(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)[0]
+    return _into(_backend.run_on_cpu(torch.ops.aten.avg_pool2d.default,
+                                     (self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                      kernel[0] * kernel[1]), {}), out)
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -329,6 +442,27 @@ def refused_cases():
         *(dict(op=name, when=_fractional_scalars, replace=_float_scalars(getattr(torch.ops.aten, name).default),
                source=SOURCE.format(f"{name} of integers with a fractional alpha/beta (silent)"))
           for name in ("addmm", "addmm_", "baddbmm", "baddbmm_")),
+        dict(op="convolution_overrideable", when=_output_padding, replace=_dml_conv_transpose,
+             source=SOURCE.format("transposed convolution with an output_padding: its last positions "
+                                  "zero (silent)")),
+        dict(op="convolution_backward_overrideable", when=_output_padding, replace=_dml_conv_transpose_backward,
+             source=SOURCE.format("transposed convolution's backward with an output_padding: the input "
+                                  "gradient's last positions zero (silent; the weight gradient's error "
+                                  "not modelled)")),
+        dict(op="native_batch_norm", when=_batch_norm_saves, replace=_dml_batch_norm,
+             source=SOURCE.format("native_batch_norm's saved statistics: the running ones in eval mode, "
+                                  "0-dim for one channel")),
+        dict(op="native_batch_norm_backward", when=_one_channel, replace=_dml_batch_norm_backward,
+             source=SOURCE.format("native_batch_norm_backward's one-channel weight/bias gradients 0-dim")),
+        dict(op="softplus", when=_beta_below_one,
+             source=SOURCE.format("softplus with beta < 1 (E_INVALIDARG)")),
+        dict(op="softplus", when=_beta_not_one, replace=_dml_softplus,
+             source=SOURCE.format("softplus with beta != 1 tests x > threshold (silent)")),
+        dict(op="softplus_backward", replace=_dml_softplus_backward,
+             source=SOURCE.format("softplus_backward has no linear branch (silent)")),
+        dict(op="avg_pool2d", when=_last_window_past, replace=_dml_avg_pool,
+             source=SOURCE.format("avg_pool with ceil_mode and count_include_pad divides a last window "
+                                  "past the padded input by the whole kernel (silent)")),
         dict(op="max_pool2d_with_indices", when=_ceil_mode, replace=_floor_mode,
              source=SOURCE.format("max_pool2d with ceil_mode=True gives floor mode's shape "
                                   "(silent)")),

@@ -140,6 +140,18 @@ REGISTRY: Tuple[Patch, ...] = (
                               "the real 0.2.5 binary): grad * mask * scale, on the device"),
     Patch("int_addmm", "addmm/baddbmm of integers with a fractional alpha/beta scale by the float values "
                        "(measured on the real 0.2.5 binary): truncated as the CPU does, on the device"),
+    Patch("conv_transpose_padding", "transposed convolutions with an output_padding leave its last "
+                                    "positions zero, their backward wrong (measured on the real 0.2.5 "
+                                    "binary): without padding, cropped and extended, on the device"),
+    Patch("batch_norm_stats", "native_batch_norm's saved statistics (eval mode, one channel) and its "
+                              "backward's one-channel gradients have other shapes (measured on the real "
+                              "0.2.5 binary): the CPU's shapes, on the device"),
+    Patch("softplus_beta", "softplus with beta != 1 tests x > threshold, not x * beta, softplus_backward "
+                           "has no linear branch (measured on the real 0.2.5 binary): beta=1's kernels on "
+                           "x * beta, the linear branch by where, on the device"),
+    Patch("avg_pool_ceil", "avg_pool with ceil_mode and count_include_pad divides a last window past the "
+                           "padded input by the whole kernel (measured on the real 0.2.5 binary): padded "
+                           "explicitly, count_include_pad=False, on the device"),
     Patch("bool_minmax", "max()/min() of a bool tensor come back int32 (measured on the real 0.2.5 "
                          "binary): cast back to bool, on the device"),
     # refused's retry answers every call it holds, so it comes after the fixes that share
