@@ -42,7 +42,8 @@ def markdown_table(defects: Tuple[Defect, ...] = None) -> str:
     """The defect table of docs/defects.md, generated from the entries (tests check it)."""
     lines = ["| defect | row | what goes wrong | source | probe | fixes |", "|---|---|---|---|---|---|"]
     for d in defects or all_defects():
-        probe = (d.probe.__doc__ or d.probe.__name__).strip() if d.probe else "static: never probed"
+        # one line per row: a docstring's line breaks would end the table row
+        probe = " ".join((d.probe.__doc__ or d.probe.__name__).split()) if d.probe else "static: never probed"
         lines.append(f"| `{d.name}` | {d.row} | {d.summary} | {d.source} | {probe} | "
                      + ", ".join(f"`{f}`" for f in d.fixes) + " |")
     return "\n".join(lines)
