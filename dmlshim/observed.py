@@ -115,6 +115,35 @@ def _bool_minmax(device):
     return top + top
 
 
+def _empty_unary(device):
+    """`bitwise_not` of an empty 1x0x3 bool tensor, and the element size of `log2` of an empty
+    float16 one (the defect: shape [0], and float32's 4)."""
+    empty = torch.empty(1, 0, 3)
+    return (torch.bitwise_not(empty.bool().to(device)),
+            torch.tensor(torch.log2(empty.half().to(device)).element_size()))
+
+
+def _bool_exp2(device):
+    """`exp2` of `[True, False]` (the defect: `[1., 1.]`)."""
+    return torch.exp2(torch.tensor([True, False]).to(device))
+
+
+def _int_pow_zero(device):
+    """`pow` of int64 `[0, 2, 0]` to `[-1, -1, 2]` (the CPU: zeros; the defect: the int32 maximum
+    first)."""
+    return torch.pow(torch.tensor([0, 2, 0]).to(device), torch.tensor([-1, -1, 2]).to(device))
+
+
+def _linspace_int(device):
+    """`linspace(0, 10, 7)` as int64 on the device (the defect: 0 ... 6)."""
+    return torch.linspace(0, 10, 7, dtype=torch.int64, device=device)
+
+
+def _unique_bytes(device):
+    """`unique` of a uint8 `[3, 0, 3]` (the defect: `[3]`)."""
+    return torch.unique(torch.tensor([3, 0, 3], dtype=torch.uint8).to(device))
+
+
 def _var_correction(device):
     """`var()` of a 2x3 ramp of squares (no dim, no correction)."""
     return (torch.arange(6.0).view(2, 3) ** 2).to(device).var()
@@ -221,6 +250,22 @@ OBSERVED: Tuple[Defect, ...] = (
            "first value (silent)", _probe(_int_broadcast), ("int_broadcast",)),
     Defect("bool_minmax", "none", _REFUSED, "max()/min() of a bool tensor return int32 (values right)",
            _probe(_bool_minmax), ("bool_minmax",)),
+    Defect("empty_unary", "none", _REFUSED,
+           "log2/log10 of empty float16 give float32, sinc of empty integers their dtype, pow (square) "
+           "with an empty int64 or bool result int32, bitwise_not of empty bool shape [0]; out=/in place "
+           "get that tensor back (silent)", _probe(_empty_unary), ("empty_unary",)),
+    Defect("bool_exp2", "none", _REFUSED,
+           "exp2 of a bool tensor, pow of a number to a bool exponent (ldexp's composite) give 1 "
+           "everywhere (silent)", _probe(_bool_exp2), ("bool_exp2",)),
+    Defect("int_pow_zero", "none", _REFUSED,
+           "integer pow of a zero base to a negative exponent gives the int32 maximum (the CPU: 0; "
+           "silent)", _probe(_int_pow_zero), ("int_pow_zero",)),
+    Defect("linspace_int", "none", _REFUSED,
+           "linspace of an integer dtype truncates the step (silent); of bool with a negative start "
+           "'value cannot be converted to type uint8_t'", _probe(_linspace_int), ("linspace_int",)),
+    Defect("unique_bytes", "none", _REFUSED,
+           "unique of bool/uint8/int8 drops the zeros (silent); of an input of 2 or more dimensions "
+           "aborts the process", _probe(_unique_bytes), ("unique_bytes",)),
     Defect("var_correction", "none", _REFUSED,
            "var()/std_mean() over every dimension without a correction divide by n, not n - 1; "
            "dim=[] gives inf, keepdim a 0-dim result (silent)", _probe(_var_correction), ("var_correction",)),

@@ -194,18 +194,88 @@ def _avg_pool_ceil(d):
             _avg_pool1d(line, 6, 3, 2, ceil_mode=True, count_include_pad=False), _avg_pool1d(line, 3, 2, 1))
 
 
+def _empty_unary(d):
+    """OpInfo's empty (1, 0, 3) samples: log2/log10 of float16, sinc of int64 and bool, square
+    (pow) of int64 and bool, bitwise_not of bool; the other pow overloads, in place, out=;
+    non-empty inputs (the device's own route)."""
+    e = torch.empty(1, 0, 3)
+    half, long, flag = e.half().to(d), e.long().to(d), e.bool().to(d)
+    in_place = half.clone()
+    returned = in_place.log2_()
+    out = torch.empty(0, dtype=torch.float16).to(d)
+    torch.log10(half, out=out)
+    return (torch.log2(half), torch.log10(half), torch.sinc(long), torch.sinc(flag), torch.square(long),
+            torch.square(flag), torch.bitwise_not(flag), torch.bitwise_not(flag[0]), torch.pow(long, 3),
+            torch.pow(2, long), torch.pow(long, long), returned, in_place, out,
+            torch.log2(_ramp(2, 3).half().to(d) + 1), torch.square(_ramp(2, 3).long().to(d)),
+            torch.bitwise_not(_ramp(2, 3).to(d) > 4))
+
+
+def _bool_exp2(d):
+    """OpInfo's exp2 and ldexp of bool (and 2.4.1's ldexp of a float by a bool exponent, its
+    composite, with its gradient: 2.13's CPU refuses it), pow of a number to a bool exponent,
+    out=; exp2 of int64 and float (the device's own route)."""
+    flags = (_ramp(4, 5) > 6).to(d)
+    x = (_ramp(4, 5) - 8).to(d).requires_grad_()
+    ldexp = x * torch.pow(2.0, flags)
+    ldexp.sum().backward()
+    out = torch.empty(4, 5).to(d)            # sized: the real binary's out= kernels grow no empty out
+    torch.exp2(flags, out=out)
+    return (torch.exp2(flags), torch.ldexp(flags, flags[0]), torch.ldexp(flags[:, :1], flags[0]), ldexp.detach(),
+            x.grad, torch.pow(2, flags), torch.pow(2.5, flags), 2 ** flags, out, torch.exp2(_ramp(4, 5).long().to(d)),
+            torch.exp2(_ramp(4, 5).to(d) / 4))
+
+
+def _int_pow_zero(d):
+    """OpInfo's __rpow__ of int64 (a 0-dim zero base), pow of a zero tensor base and of the number 0
+    to negative exponents, in place, of different ranks, int32; other bases and float (the
+    device's own route)."""
+    base, exponent = (_ramp(5) % 3 - 1).long().to(d), (_ramp(5) - 8).long().to(d)
+    zero = torch.tensor(0).to(d)
+    in_place = base.clone()
+    in_place.pow_(exponent)
+    return (exponent.__rpow__(zero), torch.pow(base, exponent), torch.pow(0, exponent), in_place,
+            torch.pow(base[:, None], exponent), torch.pow(base.int(), exponent.int()),
+            torch.pow(base + 2, exponent.abs()), torch.pow(base.float(), exponent))
+
+
+def _linspace_int(d):
+    """OpInfo's int64 and bool (Scalar and tensor overloads) linspace; int32, uint8, int8 ramps,
+    out=; float32 (the device's own route)."""
+    out = torch.empty(0, dtype=torch.int64).to(d)
+    torch.linspace(3, -7, 9, out=out)
+    return (torch.linspace(-2.0, -3, 50, dtype=torch.int64, device=d), torch.linspace(0, 10, 7, dtype=torch.int64, device=d),
+            torch.linspace(-2.0, -3, 1, dtype=torch.bool, device=d),
+            torch.linspace(torch.tensor(-2.0).to(d), torch.tensor(-3).to(d), 1, dtype=torch.bool, device=d),
+            torch.linspace(-5, 6, 11, dtype=torch.int32, device=d), torch.linspace(0, 255, 7, dtype=torch.uint8, device=d),
+            torch.linspace(1, 3, 4, dtype=torch.int8, device=d), out, torch.linspace(-3, 7, 9, device=d))
+
+
+def _unique_bytes(d):
+    """OpInfo's unique of a 0-dim bool (sorted=False); bool, uint8 and int8 with zeros; a 2-D
+    input (its abort on the real binary); int64 (the device's own route)."""
+    flags, small = (_ramp(7) > 6).to(d), (_ramp(7) % 3).to(torch.uint8).to(d)
+    return (torch.unique(torch.tensor(False).to(d), sorted=False), torch.unique(torch.tensor(True).to(d)),
+            torch.unique(flags), torch.unique(flags, sorted=False), torch.unique(small), torch.unique(small.to(torch.int8)),
+            torch.unique(small.view(1, 7)), torch.unique(_ramp(2, 3).to(d)), torch.unique(_ramp(7).long().to(d)))
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
           "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast,
           "bool_minmax": _bool_minmax, "var_correction": _var_correction,
           "conv_transpose_padding": _conv_transpose_padding, "batch_norm_stats": _batch_norm_stats,
           "softplus_beta": _softplus_beta, "avg_pool_ceil": _avg_pool_ceil,
-          "dropout_backward": _dropout_backward, "int_addmm": _int_addmm}
+          "dropout_backward": _dropout_backward, "int_addmm": _int_addmm,
+          "empty_unary": _empty_unary, "bool_exp2": _bool_exp2, "int_pow_zero": _int_pow_zero,
+          "linspace_int": _linspace_int, "unique_bytes": _unique_bytes}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
          "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast",
          "bool_minmax": "bool_minmax", "var_correction": "var_correction",
          "conv_transpose_padding": "conv_transpose_padding", "batch_norm_stats": "batch_norm_stats",
          "softplus_beta": "softplus_beta", "avg_pool_ceil": "avg_pool_ceil",
-         "dropout_backward": "dropout_backward", "int_addmm": "int_addmm"}
+         "dropout_backward": "dropout_backward", "int_addmm": "int_addmm",
+         "empty_unary": "empty_unary", "bool_exp2": "bool_exp2", "int_pow_zero": "int_pow_zero",
+         "linspace_int": "linspace_int", "unique_bytes": "unique_bytes"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
@@ -215,11 +285,18 @@ RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast
             "conv_transpose_padding": ("convolution_overrideable", "convolution_backward_overrideable"),
             "batch_norm_stats": ("native_batch_norm", "native_batch_norm_backward"),
             "softplus_beta": ("softplus", "softplus_backward"), "avg_pool_ceil": ("avg_pool2d",),
-            "int_addmm": ("addmm", "addmm_", "baddbmm", "baddbmm_")}
+            "int_addmm": ("addmm", "addmm_", "baddbmm", "baddbmm_"),
+            "empty_unary": ("log2", "log10", "sinc", "bitwise_not", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
+                            "pow.Scalar"),
+            "bool_exp2": ("exp2", "pow.Scalar"), "int_pow_zero": ("pow.Tensor_Tensor", "pow.Scalar"),
+            "linspace_int": ("linspace.out",), "unique_bytes": ("_unique2",)}
 
 
 # the defects whose ops other defects' rules watch too (conv_refused's, avg_pool_refused's)
-RULE_TEXT = {"conv_transpose_padding": "output_padding", "avg_pool_ceil": "last window"}
+RULE_TEXT = {"conv_transpose_padding": "output_padding", "avg_pool_ceil": "last window",
+             # pow's rules: int_broadcast's, empty_unary's, bool_exp2's, int_pow_zero's
+             "int_broadcast": "different ranks", "empty_unary": "of an empty input", "bool_exp2": "gives ones",
+             "int_pow_zero": "int32 maximum"}
 
 
 def _rules_of(name):

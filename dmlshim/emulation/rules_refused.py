@@ -257,6 +257,116 @@ def _dml_dropout_backward(grad, mask, scale):
                                kernel=lambda g, m, s: (g.trunc() != 0) & m)
 
 
+def _overload(name):
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+@functools.lru_cache(maxsize=None)
+def _empty_differs(op):
+    """An empty input (no ``out=``) whose answer the real binary gives another dtype or shape."""
+    name = op.name().split("::", 1)[1].split(".")[0]
+
+    def when(*args, **kw):
+        from ..patches.empty_unary import empty
+        if kw or not empty(args):
+            return False
+        x = args[0] if isinstance(args[0], torch.Tensor) else args[1]
+        if name in ("log2", "log10"):
+            return x.dtype == torch.float16
+        if name == "sinc":
+            return not (x.is_floating_point() or x.is_complex())
+        if name == "pow":
+            return torch.result_type(args[0], args[1]) == torch.int64
+        return x.dtype == torch.bool and x.dim() != 1             # bitwise_not
+    return when
+
+
+@functools.lru_cache(maxsize=None)
+def _dml_empty(op):
+    """The real binary's answer to an empty input: float16 log2/log10 float32, integer sinc the
+    input's dtype, an int64 pow int32, bool bitwise_not shape [0] (measured)."""
+    name = op.name().split("::", 1)[1].split(".")[0]
+
+    def replace(*args):
+        def kernel(*a):
+            result = op(*a)
+            if name in ("log2", "log10"):
+                return result.to(torch.float32)
+            if name == "sinc":
+                return result.to(a[0].dtype)
+            if name == "pow":
+                return result.to(torch.int32)
+            return result.reshape(0)
+        return _backend.run_on_cpu(op, args, {}, kernel=kernel)
+    return replace
+
+
+def _bool_exponent(*args, **kw):
+    from ..patches.bool_exp2 import EXP2, bool_exponent
+    return not kw and bool_exponent(EXP2[0] if len(args) == 1 else None, args)
+
+
+@functools.lru_cache(maxsize=None)
+def _exponent_zero(op):
+    """The real binary's answer to a bool exponent: read as 0 (ones)."""
+    def replace(*args):
+        def kernel(*a):
+            return op(*a[:-1], torch.zeros_like(a[-1]))
+        return _backend.run_on_cpu(op, args, {}, kernel=kernel)
+    return replace
+
+
+def _zero_to_negative(base, exponent, **kw):
+    from ..patches.int_pow_zero import zero_to_negative
+    return (not kw and zero_to_negative(base, exponent)
+            and torch.result_type(base, exponent) in (torch.int32, torch.int64))
+
+
+@functools.lru_cache(maxsize=None)
+def _int32_max_for_zero(op):
+    """The real binary's answer: 0 to a negative power is the int32 maximum (inf, saturated)."""
+    def replace(base, exponent):
+        def kernel(b, e):
+            zero = (b == 0) & (e < 0) if isinstance(b, torch.Tensor) else torch.full_like(e, b == 0, dtype=torch.bool) & (e < 0)
+            return op(b, e).masked_fill(zero, 2147483647)
+        return _backend.run_on_cpu(op, (base, exponent), {}, kernel=kernel)
+    return replace
+
+
+def _integral_linspace(*_, out=None, **__):
+    return out is not None and not (out.is_floating_point() or out.is_complex())
+
+
+def _dml_linspace(start, end, steps, *, out):
+    """The real binary's answer: the step truncated to the integer type, from the start only
+    (``start + trunc((end - start) / (steps - 1)) * i``); bool refused for a value outside
+    uint8 (measured)."""
+    if out.dtype == torch.bool:
+        if not all(0 <= float(v) <= 255 for v in (start, end)):
+            raise RuntimeError("value cannot be converted to type uint8_t without overflow")
+        value = torch.linspace(float(start), float(end), steps, dtype=torch.bool)
+    else:
+        step = int((float(end) - float(start)) / (steps - 1)) if steps > 1 else 0
+        value = (int(float(start)) + step * torch.arange(steps)).to(out.dtype)
+    out.resize_(value.shape).copy_(value)
+    return out
+
+
+def _unique_of_bytes(self, sorted=True, return_inverse=False, return_counts=False):
+    from ..patches.unique_bytes import BYTES
+    return self.dtype in BYTES and self.dim() < 2 and not (return_inverse or return_counts)
+
+
+def _dml_unique(self, sorted=True, return_inverse=False, return_counts=False):
+    """The real binary's answer: the values without the zeros (measured)."""
+    def kernel(x, *a):
+        values, inverse, counts = torch.ops.aten._unique2.default(x, *a)
+        return values[values != 0], inverse, counts
+    return _backend.run_on_cpu(torch.ops.aten._unique2.default, (self, sorted, return_inverse, return_counts), {},
+                               kernel=kernel)
+
+
 def _fractional_scalars(self, *_, alpha=1, beta=1):
     from ..patches.int_addmm import fractional
     return fractional(self, alpha, beta)
@@ -408,6 +518,23 @@ def refused_cases():
              source=SOURCE.format("repeat/tile with an empty result (E_INVALIDARG)")),
         dict(op="_adaptive_avg_pool2d", when=_empty_batch, message=_empty_batch_message,
              source=SOURCE.format("adaptive_avg_pool of an empty batch (torch's check)")),
+        # before the integer log2/sinc refusals: an empty input is not refused
+        *(dict(op=name, when=_empty_differs(_overload(name)), replace=_dml_empty(_overload(name)),
+               source=SOURCE.format(f"{name} of an empty input: another dtype or shape (silent)"))
+          for name in ("log2", "log10", "sinc", "bitwise_not", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
+                       "pow.Scalar")),
+        dict(op="exp2", when=_bool_exponent, replace=_exponent_zero(torch.ops.aten.exp2.default),
+             source=SOURCE.format("exp2 of a bool tensor gives ones (silent)")),
+        dict(op="pow.Scalar", when=_bool_exponent, replace=_exponent_zero(torch.ops.aten.pow.Scalar),
+             source=SOURCE.format("pow of a number to a bool exponent gives ones (silent)")),
+        *(dict(op=name, when=_zero_to_negative, replace=_int32_max_for_zero(getattr(torch.ops.aten.pow, name[4:])),
+               source=SOURCE.format("integer pow of 0 to a negative exponent gives the int32 maximum (silent)"))
+          for name in ("pow.Tensor_Tensor", "pow.Scalar")),
+        dict(op="linspace.out", when=_integral_linspace, replace=_dml_linspace,
+             source=SOURCE.format("linspace of an integer dtype truncates its step (silent), of bool "
+                                  "refused for a negative start")),
+        dict(op="_unique2", when=_unique_of_bytes, replace=_dml_unique,
+             source=SOURCE.format("unique of bool/uint8/int8 drops the zeros (silent)")),
         dict(op=("log10", "log2", "isnan", "isinf"), when=_integer,
              source=SOURCE.format("of integer or bool tensors (E_INVALIDARG)")),
         dict(op="sinc", when=_integer, message=CREATE_OPERATOR,

@@ -129,6 +129,17 @@ REGISTRY: Tuple[Patch, ...] = (
                           "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
     Patch("combinations", "torch.combinations' C++ composite fails (measured on the real 0.2.5 binary: "
                           "'The size of tensor a (n) must match ... (0)', CreateOperator): on the CPU"),
+    # before int_broadcast: pow's overloads are in its chain too (the first fix that answers wins)
+    Patch("empty_unary", "log2/log10/sinc/bitwise_not/pow of an empty input come back with another dtype or "
+                         "shape (measured on the real 0.2.5 binary): on the CPU (nothing to compute)"),
+    Patch("int_pow_zero", "integer pow of a zero base to a negative exponent gives the int32 maximum "
+                          "(measured on the real 0.2.5 binary): those elements 0, on the device"),
+    Patch("bool_exp2", "exp2 of bool, pow of a number to a bool exponent give 1 (measured on the real "
+                       "0.2.5 binary): the exponent cast to the result's dtype, on the device"),
+    Patch("linspace_int", "linspace of an integer dtype truncates its step, of bool is refused (measured on "
+                          "the real 0.2.5 binary): on the CPU"),
+    Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
+                          "on the real 0.2.5 binary): flattened, widened to int32, on the device"),
     Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
                            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
                            "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "

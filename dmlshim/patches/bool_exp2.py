@@ -1,0 +1,37 @@
+"""``exp2`` of a bool tensor and ``pow`` of a number to a bool exponent give 1 everywhere on
+the real torch-directml 0.2.5 binary (the exponent read as 0): ``exp2([True, False])`` is
+``[1., 1.]`` where the CPU gives ``[2., 1.]``, so is ``ldexp(x, bool)`` (torch's composite:
+``x * pow(2., other)``).  Integer exponents and a tensor base are right (measured with
+OpInfo's bool samples).  Fixed on the device: the exponent cast to the result's dtype first
+(``exp2``: the default float dtype).  No public report.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+
+_aten = torch.ops.aten
+EXP2 = (_aten.exp2.default, _aten.exp2.out)
+POW = (_aten.pow.Scalar, _aten.pow.Scalar_out)
+OPS = EXP2 + POW
+
+
+def bool_exponent(op, args) -> bool:
+    """A bool exponent: ``exp2``'s input, or ``pow``'s tensor after a number (a bool number
+    base keeps a bool result, which the CPU refuses too)."""
+    if op in EXP2:
+        return args[0].dtype == torch.bool
+    return args[1].dtype == torch.bool and not isinstance(args[0], bool)
+
+
+def _cast(op, keyset, args, kwargs):
+    if not bool_exponent(op, args):
+        return None
+    if op in EXP2:
+        return (args[0].to(torch.get_default_dtype()),) + tuple(args[1:]), kwargs
+    return (args[0], args[1].to(torch.result_type(args[0], args[1]))) + tuple(args[2:]), kwargs
+
+
+_kernels = _select.Kernels({op: _cast for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall

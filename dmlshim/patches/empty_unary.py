@@ -1,0 +1,44 @@
+"""Unary ops and ``pow`` of an input with no elements come back with another dtype or shape
+on the real torch-directml 0.2.5 binary (its kernels answer an empty input with a tensor of
+their own): ``log2``/``log10`` of float16 give float32, ``sinc`` of integers or bool the
+input's dtype (the CPU: float32), ``pow`` (``square``) with an int64 or bool result int32,
+``bitwise_not`` of bool shape ``[0]`` for a rank other than 1; an ``out=`` or in-place call
+gets that tensor back, not its own.  Measured with OpInfo's (1, 0, 3) samples; non-empty
+inputs are right.  There is nothing to compute, so such a call runs on the CPU (free) and
+its empty result goes back to the device.  No public report.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+from .fallback_out import _on_cpu_into_outs
+from .refused import _in_place_on_cpu
+
+_aten = torch.ops.aten
+FUNCTIONAL = (_aten.log2.default, _aten.log10.default, _aten.sinc.default, _aten.bitwise_not.default,
+              _aten.pow.Tensor_Scalar, _aten.pow.Tensor_Tensor, _aten.pow.Scalar)
+IN_PLACE = (_aten.log2_.default, _aten.log10_.default, _aten.sinc_.default, _aten.bitwise_not_.default,
+            _aten.pow_.Scalar, _aten.pow_.Tensor)
+OUT = (_aten.log2.out, _aten.log10.out, _aten.sinc.out, _aten.bitwise_not.out, _aten.pow.Tensor_Scalar_out,
+       _aten.pow.Tensor_Tensor_out, _aten.pow.Scalar_out)
+OPS = FUNCTIONAL + IN_PLACE + OUT
+
+
+def empty(args) -> bool:
+    """A tensor operand with no elements (the result has none either)."""
+    return any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args[:2])
+
+
+def _on_cpu(op, keyset, args, kwargs):
+    if not empty(args):
+        return None
+    if op in OUT:
+        return _on_cpu_into_outs(op, keyset, args, kwargs)
+    if op in IN_PLACE:
+        return _in_place_on_cpu(op, args, kwargs)
+    return _select.on_cpu(op, args, kwargs)
+
+
+_kernels = _select.Kernels({op: _on_cpu for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall

@@ -1,0 +1,47 @@
+"""Integer ``pow`` of a zero base to a negative exponent gives the int32 maximum on the real
+torch-directml 0.2.5 binary (it computes in float: ``0 ** -1`` is inf, saturated), where the
+CPU gives 0 (``powi``: any base but 1 and -1 to a negative power).  Other bases are right
+(measured with OpInfo's int64 ``__rpow__`` samples and zero, +-1, +-2, 3 to exponents -3 ... 8).
+Fixed on the device: those elements set to 0 after the call.  ``pow.Tensor_Tensor``'s
+operands of different ranks get leading size-1 dimensions here too (``int_broadcast``'s
+fix: the first fix in an overload's chain that answers is the only one).  No public report.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+from .dispatcher import Done, below
+
+_aten = torch.ops.aten
+OPS = (_aten.pow.Tensor_Tensor, _aten.pow_.Tensor, _aten.pow.Scalar)
+
+
+def _integral(dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def zero_to_negative(base, exponent) -> bool:
+    """An integer result from a base that may be 0 (a tensor, or the number 0) and a signed
+    integer exponent (uint8 cannot be negative)."""
+    if not isinstance(exponent, torch.Tensor) or exponent.dtype in (torch.bool, torch.uint8):
+        return False
+    if not isinstance(base, torch.Tensor):
+        return base == 0 and isinstance(base, int) and _integral(exponent.dtype)
+    return _integral(torch.result_type(base, exponent))
+
+
+def _zeroed(op, keyset, args, kwargs):
+    base, exponent = args[0], args[1]
+    if not zero_to_negative(base, exponent):
+        return None
+    mask = exponent < 0 if not isinstance(base, torch.Tensor) else (base == 0) & (exponent < 0)
+    if isinstance(base, torch.Tensor) and base.dim() and exponent.dim() and base.dim() != exponent.dim():
+        rank = max(base.dim(), exponent.dim())
+        base, exponent = (t[(None,) * (rank - t.dim())] for t in (base, exponent))
+    result = op.redispatch(below(keyset), base, exponent, *args[2:], **kwargs)
+    return Done(result.masked_fill_(mask, 0))
+
+
+_kernels = _select.Kernels({op: _zeroed for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall

@@ -1,0 +1,34 @@
+"""``torch.unique`` (``_unique2``) of a one-byte dtype (bool, uint8, int8) drops the zeros on
+the real torch-directml 0.2.5 binary (``unique([True, False])`` is ``[True]``, of a 0-dim
+False ``[]``), and of an input of two or more dimensions aborts the process
+(``dml_tensor_desc.cc:76 Check failed: broadcast_sizes.size() >= sizes.size()``, any dtype).
+Wider dtypes and 0-dim/1-D inputs are right (measured with OpInfo's bool samples).  Fixed on
+the device: the input flattened (``unique`` without ``dim`` flattens anyway; the inverse
+indices take the input's shape back) and a one-byte one widened to int32, the values cast
+back.  No public report.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+from .dispatcher import Done, below
+
+_aten = torch.ops.aten
+OPS = (_aten._unique2.default,)
+BYTES = (torch.bool, torch.uint8, torch.int8)
+
+
+def _flat_wide(op, keyset, args, kwargs):
+    x = args[0]
+    if x.dtype not in BYTES and x.dim() < 2:
+        return None
+    flat = x.reshape(-1)
+    values, inverse, counts = op.redispatch(below(keyset), flat.to(torch.int32) if x.dtype in BYTES else flat,
+                                            *args[1:], **kwargs)
+    return_inverse = args[2] if len(args) > 2 else kwargs.get("return_inverse", False)
+    return Done((values.to(x.dtype), inverse.reshape(x.shape) if return_inverse else inverse, counts))
+
+
+_kernels = _select.Kernels({op: _flat_wide for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall
