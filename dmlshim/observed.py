@@ -163,6 +163,18 @@ def _int_addmm(device):
     return torch.addmm(m, m, m, alpha=1.5, beta=0.5)
 
 
+def _vector_norm(device):
+    """`vector_norm` of a 2x3 ramp, ord 3, dim 1, and the ramp after it (the defect: cubed)."""
+    x = (torch.arange(6.0).view(2, 3) - 2).to(device)
+    return torch.linalg.vector_norm(x, 3, 1), x
+
+
+def _cdist(device):
+    """`cdist` of two 2x3 ramps, p = 1 (the defect: a [2, 3] result)."""
+    x = torch.arange(6.0).view(2, 3)
+    return torch.cdist(x.to(device), (x * x).to(device), p=1)
+
+
 def _conv_transpose_padding(device):
     """`conv_transpose1d` of a 1x1x4 ramp, stride 2, `output_padding=1` (its last value: bias)."""
     x = torch.arange(1.0, 5.0).view(1, 1, 4).to(device)
@@ -275,6 +287,14 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("int_addmm", "none", _REFUSED,
            "addmm/baddbmm of integer tensors with a fractional alpha or beta scale by the float "
            "values (the CPU truncates them first; silent)", _probe(_int_addmm), ("int_addmm",)),
+    Defect("vector_norm", "none", _REFUSED,
+           "linalg_vector_norm/norm with an ord other than 0, 1, 2 overwrite the input with abs(x)**ord; "
+           "float16 powers and sums in float16 (dist(p=4) saturates at 15.99), dtype= ignored; keepdim "
+           "over every dimension gives 0-dim (silent)", _probe(_vector_norm), ("vector_norm",)),
+    Defect("cdist", "none", _REFUSED,
+           "_cdist_forward (cdist with p != 2) of inputs that are not 3-D: a 2-D pair read as a batch of "
+           "rows of scalars (shape [P, M]) or 'The size of tensor a must match' (silent or refused)",
+           _probe(_cdist), ("cdist",)),
     Defect("conv_transpose_padding", "none", _REFUSED,
            "transposed convolution with an output_padding: its last output_padding positions zero, the "
            "bias too; the backward's input gradient zero there, the weight gradient wrong (silent)",

@@ -138,6 +138,41 @@ def _int_addmm(d):
             torch.addmm(a, m1, m2, alpha=2, beta=3), torch.addmm(a.float(), m1.float(), m2.float(), alpha=0.6))
 
 
+def _vector_norm(d):
+    """OpInfo's F.normalize with p 0.5, 3, -1; vector_norm, norm and the input after them (ord 3,
+    inf, -1.5), out=, autograd; float16 dist(p=4) past 65504, dtype=float32; keepdim over every
+    dimension; ord 1, 2 and 0 (the device's own route)."""
+    x, y = (_ramp(2, 3, 4) - 8).to(d), (_ramp(2, 3, 4).flip(0) - 8).to(d)
+    normalized = tuple(F.normalize(x, p=p, dim=dim) for p, dim in ((0.5, 0), (3.0, 1), (-1.0, 2)))
+    after = x.clone()
+    norms = (torch.linalg.vector_norm(after, 3, 1), torch.norm(after, float("inf"), 2), torch.norm(after, -1.5), after)
+    out = torch.empty(0).to(d)
+    torch.linalg.vector_norm(x, 3.0, (0, 2), out=out)
+    grad = x.clone().requires_grad_()
+    torch.linalg.vector_norm(grad, 3, 1).sum().backward()
+    half = (x.half(), y.half())
+    return (normalized, norms, out, grad.grad, torch.dist(*half, 4), torch.dist(*half, 3),
+            torch.linalg.vector_norm(half[0], 3, dtype=torch.float32), torch.linalg.vector_norm(half[0], 2.5, 2),
+            torch.linalg.vector_norm(x, 2, keepdim=True), torch.linalg.vector_norm(x, 3, [], keepdim=True),
+            torch.linalg.vector_norm(x, 1, 1), torch.linalg.vector_norm(x, 0, 1), F.normalize(x, dim=1), x)
+
+
+def _cdist(d):
+    """OpInfo's 2-D cdist with p 0 and others (a [3, 5] result for [3, 3]), pairs of other
+    sizes, a 2-D with a 3-D input, 4-D inputs, an empty one, out=, autograd; 3-D (the device's
+    own route)."""
+    a, b, c = _ramp(3, 5).to(d), (_ramp(3, 5).flip(0) - 4).to(d), _ramp(4, 5).to(d)
+    grad = a.clone().requires_grad_()
+    torch.cdist(grad, c, p=1).sum().backward()
+    out = torch.empty(0).to(d)
+    torch.ops.aten._cdist_forward.out(a, c, 3.0, None, out=out)
+    return (tuple(torch.cdist(a, b, p=p) for p in (0.0, 1.0, 3.0, float("inf"))), torch.cdist(a, c, p=1),
+            torch.cdist(a[:1], c, p=0.5), torch.cdist(a, c.expand(2, 4, 5), p=1),
+            torch.cdist(a.view(1, 3, 1, 5).expand(2, 3, 2, 5), c.view(1, 1, 4, 5), p=1),
+            torch.cdist(a[:0], c, p=1), torch.cdist(a, b, p=2, compute_mode="donot_use_mm_for_euclid_dist"),
+            out, grad.grad, torch.cdist(a[None], b[None], p=1))
+
+
 def _conv_transpose_padding(d):
     """OpInfo's stride 2, padding 2, output_padding 1 (batched, unbatched), an output_padding past
     the padding, no bias, 2-D; the gradients through autograd; no output_padding (the device's own
@@ -265,7 +300,7 @@ REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_se
           "bool_minmax": _bool_minmax, "var_correction": _var_correction,
           "conv_transpose_padding": _conv_transpose_padding, "batch_norm_stats": _batch_norm_stats,
           "softplus_beta": _softplus_beta, "avg_pool_ceil": _avg_pool_ceil,
-          "dropout_backward": _dropout_backward, "int_addmm": _int_addmm,
+          "dropout_backward": _dropout_backward, "int_addmm": _int_addmm, "vector_norm": _vector_norm, "cdist": _cdist,
           "empty_unary": _empty_unary, "bool_exp2": _bool_exp2, "int_pow_zero": _int_pow_zero,
           "linspace_int": _linspace_int, "unique_bytes": _unique_bytes}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
@@ -273,7 +308,7 @@ PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_se
          "bool_minmax": "bool_minmax", "var_correction": "var_correction",
          "conv_transpose_padding": "conv_transpose_padding", "batch_norm_stats": "batch_norm_stats",
          "softplus_beta": "softplus_beta", "avg_pool_ceil": "avg_pool_ceil",
-         "dropout_backward": "dropout_backward", "int_addmm": "int_addmm",
+         "dropout_backward": "dropout_backward", "int_addmm": "int_addmm", "vector_norm": "vector_norm", "cdist": "cdist",
          "empty_unary": "empty_unary", "bool_exp2": "bool_exp2", "int_pow_zero": "int_pow_zero",
          "linspace_int": "linspace_int", "unique_bytes": "unique_bytes"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
@@ -286,6 +321,7 @@ RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast
             "batch_norm_stats": ("native_batch_norm", "native_batch_norm_backward"),
             "softplus_beta": ("softplus", "softplus_backward"), "avg_pool_ceil": ("avg_pool2d",),
             "int_addmm": ("addmm", "addmm_", "baddbmm", "baddbmm_"),
+            "vector_norm": (("linalg_vector_norm", "norm.ScalarOpt_dim", "norm.out"),), "cdist": ("_cdist_forward",),
             "empty_unary": ("log2", "log10", "sinc", "bitwise_not", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
                             "pow.Scalar"),
             "bool_exp2": ("exp2", "pow.Scalar"), "int_pow_zero": ("pow.Tensor_Tensor", "pow.Scalar"),

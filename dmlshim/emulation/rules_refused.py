@@ -384,6 +384,64 @@ def _float_scalars(op):
     return replace
 
 
+def _norm_case(self, *args, **kwargs):
+    from ..patches.vector_norm import needs_fix
+    return needs_fix(None, (self,) + args, kwargs)
+
+
+def _dml_vector_norm(self, *args, **kwargs):
+    """The real binary's answer: for an ``ord`` other than 0, 1, 2 the input overwritten with
+    ``|x| ** ord`` (``|x|`` for +-inf), the result in the input's dtype (``dtype=`` ignored), a
+    float16 sum saturated at 65504 (``inf`` where a power overflows); ``keepdim`` over every
+    dimension 0-dim.  The ``out=`` overloads return a new tensor for a finite such ``ord``,
+    ``out`` left as it was; into ``out`` otherwise (measured)."""
+    from ..patches.vector_norm import _parse, every_dim_kept, overwrites
+    _, ord, dim, keepdim, dtype = _parse(None, (self,) + args, kwargs)
+    ord = 2 if ord is None else ord
+    out = kwargs.get("out")
+
+    def kernel(x):
+        value = torch.linalg.vector_norm(x, ord, dim, keepdim, dtype=dtype)
+        if overwrites(ord):
+            value = value.to(x.dtype)
+            powered = x.abs() if ord in (float("inf"), float("-inf")) else x.abs().pow(ord)
+            if x.dtype == torch.float16 and ord not in (float("inf"), float("-inf")):
+                total = powered.float().sum(dim if dim is not None else [], keepdim)
+                saturated = torch.where(total.isfinite(), total.clamp(max=65504.0), total).pow(1.0 / ord)
+                value = torch.where(total > 65504.0, saturated.to(x.dtype), value)
+            x.copy_(powered)
+        return value.reshape(()) if every_dim_kept(x, dim, keepdim) else value
+
+    value = _backend.run_on_cpu(torch.ops.aten.linalg_vector_norm.default, (self,), {}, kernel=kernel)
+    if out is None or overwrites(ord) and ord not in (float("inf"), float("-inf")):
+        return value                         # out= left as it was: a new tensor returned
+    out.resize_(value.shape).copy_(value)
+    return out
+
+
+def _cdist_not_3d(x1, x2, *_, **__):
+    from ..patches.cdist import not_3d
+    return not_3d(x1, x2)
+
+
+def _dml_cdist(x1, x2, p, compute_mode=None, *, out=None):
+    """The real binary's answer: a 2-D pair read as a batch of ``P`` rows of ``M`` scalars,
+    ``out[b, i] = ||x1[b, i] - x2[b, :]||_p`` (shape ``[P, M]``, batches of 1 broadcast); other
+    ranks, or batches that do not broadcast, "The size of tensor a (R) must match the size of
+    tensor b (P)" (measured; its messages for mixed ranks differ)."""
+    if x1.dim() != 2 or x2.dim() != 2 or (x1.size(0) != x2.size(0) and 1 not in (x1.size(0), x2.size(0))):
+        raise RuntimeError(f"The size of tensor a ({x2.size(-2)}) must match the size of tensor b "
+                           f"({x1.size(-2)}) at non-singleton dimension 0")
+
+    def kernel(a, b, *_):
+        return torch.linalg.vector_norm(a[:, :, None] - b[:, None, :], p, dim=-1).to(a.dtype)
+    value = _backend.run_on_cpu(torch.ops.aten._cdist_forward.default, (x1, x2, p, compute_mode), {}, kernel=kernel)
+    if out is None:
+        return value
+    out.resize_(value.shape).copy_(value)
+    return out
+
+
 def _output_padding(input, weight, bias_or_grad, stride, padding, dilation, transposed, output_padding,
                     *_, **kw):
     """A transposed convolution with an ``output_padding`` (forward or backward)."""
@@ -569,6 +627,12 @@ def refused_cases():
         *(dict(op=name, when=_fractional_scalars, replace=_float_scalars(getattr(torch.ops.aten, name).default),
                source=SOURCE.format(f"{name} of integers with a fractional alpha/beta (silent)"))
           for name in ("addmm", "addmm_", "baddbmm", "baddbmm_")),
+        dict(op=("linalg_vector_norm", "norm.ScalarOpt_dim", "norm.out"), when=_norm_case, replace=_dml_vector_norm,
+             source=SOURCE.format("linalg_vector_norm/norm with an ord other than 0, 1, 2 overwrite the input "
+                                  "(float16 saturated, dtype= ignored); keepdim over every dimension 0-dim (silent)")),
+        dict(op="_cdist_forward", when=_cdist_not_3d, replace=_dml_cdist,
+             source=SOURCE.format("_cdist_forward of inputs that are not 3-D: a 2-D pair read as rows of "
+                                  "scalars, other ranks refused (silent or 'must match')")),
         dict(op="convolution_overrideable", when=_output_padding, replace=_dml_conv_transpose,
              source=SOURCE.format("transposed convolution with an output_padding: its last positions "
                                   "zero (silent)")),

@@ -151,6 +151,13 @@ REGISTRY: Tuple[Patch, ...] = (
                               "the real 0.2.5 binary): grad * mask * scale, on the device"),
     Patch("int_addmm", "addmm/baddbmm of integers with a fractional alpha/beta scale by the float values "
                        "(measured on the real 0.2.5 binary): truncated as the CPU does, on the device"),
+    Patch("vector_norm", "linalg_vector_norm/norm with an ord other than 0, 1, 2 overwrite the input with "
+                         "abs(x)**ord, in float16 for float16 (saturated, dtype= ignored); keepdim over every "
+                         "dimension gives 0-dim (measured on the real 0.2.5 binary): a copy for the kernel, "
+                         "float32 for float16, every dimension named, on the device"),
+    Patch("cdist", "_cdist_forward (cdist with p != 2) of inputs that are not 3-D: wrong shapes, values "
+                   "or 'size of tensor a must match' (measured on the real 0.2.5 binary): the batch "
+                   "flattened to 3-D, on the device"),
     Patch("conv_transpose_padding", "transposed convolutions with an output_padding leave its last "
                                     "positions zero, their backward wrong (measured on the real 0.2.5 "
                                     "binary): without padding, cropped and extended, on the device"),

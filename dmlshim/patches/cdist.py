@@ -1,0 +1,48 @@
+"""``_cdist_forward`` (``torch.cdist`` for ``p != 2``, or ``p = 2`` without the matrix
+product) is right on the real torch-directml 0.2.5 binary only for 3-D inputs.
+
+Measured with OpInfo's samples: a 2-D pair ``(P, M)``, ``(R, M)`` is read as a batch of
+``P`` rows of ``M`` scalars, ``out[b, i] = ||x1[b, i] - x2[b, :]||_p``: ``(3, 5)`` with
+``(3, 5)`` gives a ``[3, 5]`` result (the CPU: ``[3, 3]``), ``(5, 5)`` with ``(5, 5)`` wrong
+values, ``(3, 5)`` with ``(4, 5)`` "The size of tensor a (4) must match the size of tensor b
+(3)"; a 2-D with a 3-D input and 4-D inputs fail the same way; an empty result raises
+E_INVALIDARG.  3-D inputs, their batches broadcast, are right, so the fix gives the kernel
+3-D inputs (the batch dimensions broadcast and flattened; a 2-D pair one of size 1) and
+reshapes the result, on the device.  No public report.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+from .dispatcher import Done
+from .fallback_out import _write
+
+_aten = torch.ops.aten
+OPS = (_aten._cdist_forward.default, _aten._cdist_forward.out)
+
+
+def not_3d(x1, x2) -> bool:
+    """The failing case: an input that is not 3-D."""
+    return isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor) and (x1.dim() != 3 or x2.dim() != 3)
+
+
+def _as_3d(op, keyset, args, kwargs):
+    x1, x2, p, compute_mode = args[:4]
+    if not not_3d(x1, x2) or x1.dim() < 2 or x2.dim() < 2:
+        return None
+    batch = torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    shape = (*batch, x1.size(-2), x2.size(-2))
+    if 0 in shape:
+        result = torch.empty(shape, dtype=x1.dtype, device=x1.device)
+    else:
+        flat = [x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in (x1, x2)]
+        result = _aten._cdist_forward.default(*flat, p, compute_mode).view(shape)
+    if "out" not in kwargs:
+        return Done(result)
+    _write(kwargs["out"], result)
+    return Done(kwargs["out"])
+
+
+_kernels = _select.Kernels({op: _as_3d for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall
