@@ -12,17 +12,9 @@ appending only.
 """
 import os
 
-# MKL's sgemm picks its code path by the buffers' addresses: the same product of the same
-# values can differ in the last bit between two allocations (measured: 28 of 40 products
-# of one matrix at another offset, torch 2.4.1 and 2.13), so a CPU reference and the
-# emulated device's copy could differ, run to run. That flipped a near-tie in the random
-# tiny Whisper's greedy decode (test_zoo: 1 of 4 full runs on the 2.4.1 lane). Strict
-# conditional numerical reproducibility makes MKL's bits independent of addresses.
-os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import pytest
+import torch
 
 
 def _real_directml_device():

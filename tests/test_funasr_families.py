@@ -81,8 +81,13 @@ def test_shim_matches_cpu(kind, model_dir, dml_device, default_shim, profile):
     assert figures.tokens > 10                  # random weights still emit tokens
     assert bool(got["timestamp"]) == (kind == "sensevoice")   # streaming has none
     actions = {r["op"]: r["actions"] for r in dmlshim.report().rows}
-    # sensevoice fails nowhere raw (above); the others would fail again without the shim
-    assert bool(actions) == (kind != "sensevoice"), actions
+    # sensevoice fails nowhere raw (above): only one `lt` of operands of two ranks and
+    # dtypes is reshaped (int_broadcast; the real binary reads the smaller operand's first
+    # value, which a batch of one survives); the others would fail again without the shim
+    if kind == "sensevoice":
+        assert set(actions) <= {"aten::lt.Tensor"}, actions
+    else:
+        assert actions, actions
 
 
 def test_streaming_loop_feeds_600ms_chunks_into_one_cache(model_dir):
@@ -106,11 +111,14 @@ def test_streaming_loop_feeds_600ms_chunks_into_one_cache(model_dir):
     assert all(c[3] == [0, 10, 5] for c in calls)
 
 
-def test_campplus_embedding_needs_no_fix(model_dir, dml_device, assert_parity):
-    """cam++ (the ``spk_model``) uses only ops DirectML has: its embedding equals the
-    CPU's raw, and the shim, active, leaves it so (nothing intercepted)."""
+def test_campplus_embedding_needs_the_pooling_fix(model_dir, dml_device, assert_parity):
+    """cam++ (the ``spk_model``) pools segments with ``F.avg_pool1d(x, 100, 100, ceil_mode=True)``
+    (funasr/models/campplus/components.py): DirectML divides the last, shorter segment by
+    the whole kernel (defect ``avg_pool_ceil``), so the embedding differs raw (max abs 0.0017
+    on the emulator, within the ``device`` profile's atol; that defect's tests show it); with
+    the shim it equals the CPU's. Its eval-mode batch norms are coerced too (``batch_norm_stats``:
+    the saved statistics get the CPU's empty shape; the output is untouched); nothing else."""
     ref = speaker_embedding(model_dir, "cpu")
-    raw = speaker_embedding(model_dir, dml_device)
     dmlshim.activate()
     try:
         dmlshim.trace.reset()
@@ -119,9 +127,8 @@ def test_campplus_embedding_needs_no_fix(model_dir, dml_device, assert_parity):
     finally:
         dmlshim.deactivate()
     assert ref.shape == (1, 192) and ref.dtype == torch.float32 and ref.abs().sum() > 0
-    assert_parity(raw, ref)
     assert_parity(got, ref)
-    assert rows == [], rows
+    assert {r["op"] for r in rows} == {"aten::avg_pool2d", "aten::native_batch_norm"}, rows
 
 
 def test_example_script_speaker_labels(tmp_path, capsys, device_kind, profile):

@@ -34,8 +34,11 @@ def _each(values, n):
 
 
 def padded(a) -> bool:
-    """A transposed convolution with an ``output_padding`` (the bound arguments ``a``)."""
-    return bool(a["transposed"]) and any(int(p) for p in a["output_padding"])
+    """A 1-D or 2-D transposed convolution with an ``output_padding`` (the bound arguments
+    ``a``). A 3-D one is refused ("input must be 4-dimensional"): ``refused``'s retry runs it
+    on the CPU as it is."""
+    return (bool(a["transposed"]) and any(int(p) for p in a["output_padding"])
+            and 3 <= a["input"].dim() <= 4)
 
 
 def _geometry(a):
@@ -50,7 +53,7 @@ def _geometry(a):
 
 def _forward(op, keyset, args, kwargs):
     a = _bound(_FORWARD, args, kwargs)
-    if not padded(a) or a["input"].dim() < 3:
+    if not padded(a):
         return None
     n, stride, dilation, padding, extra, whole = _geometry(a)
     if any(w + e - 2 * p <= 0 for w, e, p in zip(whole, extra, padding)):
@@ -71,7 +74,7 @@ def _forward(op, keyset, args, kwargs):
 
 def _backward(op, keyset, args, kwargs):
     a = _bound(_BACKWARD, args, kwargs)
-    if not padded(a) or a["input"].dim() < 3:
+    if not padded(a):
         return None
     n, stride, dilation, padding, extra, whole = _geometry(a)
     grad, pads = a["grad_output"], []

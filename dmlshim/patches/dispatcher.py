@@ -34,20 +34,21 @@ _BOOL = torch.bool
 Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], object]
 
 
+# Another patch's fix of mul's operands, asked when no operand is bool: (args, kwargs) ->
+# None or the fixed (args, kwargs). int_broadcast sets it while installed (one Python
+# BackendSelect kernel per overload: the net's mul kernel serves both).
+mul_operands_fix: Optional[Callable[[tuple, dict], object]] = None
+
+
 def _bool_operand(inplace: bool) -> Fix:
     """mul's fix, ``mul.coerce_bool_operands``, behind a cheap test for a bool operand
-    (the dispatcher passes ``self`` and ``other`` positionally)."""
+    (the dispatcher passes ``self`` and ``other`` positionally); else :data:`mul_operands_fix`."""
     def fix(op, keyset, args, kwargs):
         if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
             return coerce_bool_operands(args, kwargs, inplace)
-        return _int_broadcast().mul_fix(args, kwargs)      # operands of different ranks, one cast
+        other = mul_operands_fix
+        return other(args, kwargs) if other is not None else None
     return fix
-
-
-@functools.lru_cache(maxsize=None)
-def _int_broadcast():
-    from . import int_broadcast        # imports _select, which imports this module
-    return int_broadcast
 
 
 def _device_indices(op, keyset, args, kwargs):

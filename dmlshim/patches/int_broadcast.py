@@ -11,7 +11,7 @@ fewer dimensions, defect ``broadcast_copy``): ``add``, ``sub``, ``rsub``, ``mul`
 the same rank ((2, 3) with (2, 1), (2, 3) with (1, 3)), a 0-dim operand (``x // 2``) and
 operands expanded beforehand are right, so the fix gives the smaller operand leading size-1
 dimensions (a view) and stays on the device.  ``mul``'s BackendSelect kernel is the dispatcher
-net's (float x bool) when that one is on: it asks :func:`mul_fix` here.  No public report
+net's (float x bool) when that one is on: it asks :func:`mul_fix` here (``dispatcher.mul_operands_fix``).  No public report
 (OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand, ``__rdiv__``'s
 ``reciprocal(int64) * int64``).
 """
@@ -58,12 +58,9 @@ def _same_rank(op, keyset, args, kwargs):
     return (a, b) + tuple(args[2:]), kwargs
 
 
-_on = False
-
-
 def mul_fix(args, kwargs):
-    """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix, or this patch off)."""
-    return _same_rank(None, None, args, kwargs) if _on else None
+    """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix)."""
+    return _same_rank(None, None, args, kwargs)
 
 
 _kernels = _select.Kernels({op: _same_rank for op in INTEGER_OPS + MIXED_OPS})
@@ -71,18 +68,17 @@ _mul_kernels = _select.Kernels({op: _same_rank for op in MUL})
 
 
 def install(ctx) -> None:
-    """The kernels; ``mul``'s too where the dispatcher net holds none (its kernel calls
-    :func:`mul_fix` otherwise: one Python BackendSelect kernel per overload)."""
-    global _on
+    """The kernels; ``mul``'s too where the dispatcher net holds none (else its kernel asks
+    :func:`mul_fix`: one Python BackendSelect kernel per overload)."""
     from . import dispatcher
     _kernels.install(ctx)
-    _on = True
+    dispatcher.mul_operands_fix = mul_fix
     if not all(dispatcher.holds(op) for op in MUL):
         _mul_kernels.install(ctx)
 
 
 def uninstall() -> None:
-    global _on
-    _on = False
+    from . import dispatcher
+    dispatcher.mul_operands_fix = None
     _mul_kernels.uninstall()
     _kernels.uninstall()

@@ -5,7 +5,9 @@ A 4-D or 5-D input aborts the process: ``Check failed: rank <= DML_TENSOR_DIMENS
 3-D one raises "The size of tensor a (C) must match the size of tensor b (N)" (the real
 binary).  Real-ESRGAN's SRVGGNetCompact (realesr-general-x4v3, realesr-animevideov3),
 GPEN and RIFE call it.  One parameter, or a 2-D input, takes another route and is left
-alone.  Fixed on the device: ``aten::prelu`` as ``relu(x) - w * (-x).clamp_min(0)``
+alone.  An empty input raises "cannot reshape tensor of 0 elements into shape [1, 0, -1]"
+with any weight (the real binary, OpInfo's ``prelu`` sample 1; not modelled by the
+emulator).  Fixed on the device: ``aten::prelu`` as ``relu(x) - w * (-x).clamp_min(0)``
 (clamp_min's gradient at 0 is 1: the input's gradient at 0 is ``w``, as the CPU's), at the
 target's Autograd and backend keys (as ``dispatcher.COMPOSITES``): autograd differentiates
 the elementwise ops.  Never probed (an abort cannot be caught): a static defect.  Docs: docs/defects.md.
@@ -29,11 +31,18 @@ def _channel_weights(x, weight) -> bool:
             and x.dtype == weight.dtype and x.device == weight.device)
 
 
+def _empty(x, weight) -> bool:
+    """An empty input with one weight, or one per channel (what aten::prelu accepts)."""
+    return (x.numel() == 0 and x.dtype == weight.dtype and x.device == weight.device
+            and (weight.numel() == 1 or (x.dim() >= 2 and x.shape[1] == weight.numel())))
+
+
 def _kernel(target: str):
     def kernel(x, weight):
-        if x.device.type == target and _channel_weights(x, weight) and not _select.aside():
+        if x.device.type == target and (_channel_weights(x, weight) or _empty(x, weight)) \
+                and not _select.aside():
             start = time.perf_counter()
-            w = weight.view(1, -1, *[1] * (x.dim() - 2))
+            w = weight.reshape(()) if weight.numel() == 1 else weight.view(1, -1, *[1] * (x.dim() - 2))
             result = torch.relu(x) - w * (-x).clamp_min(0)
             trace.record("aten::prelu", "coerce", time.perf_counter() - start, args=(x, weight))
             return result
