@@ -172,6 +172,22 @@ def test_prelu_fix_keeps_other_calls_on_their_route(dml_device, shim_off, assert
         F.prelu(x, torch.rand(5).to(dml_device))
 
 
+@pytest.mark.parametrize("shape, weight", [((1, 0, 3), ()), ((0, 4, 2, 2), (4,)), ((0, 2), (1,))])
+def test_prelu_of_an_empty_input_with_the_shim(dml_device, shim_off, shape, weight, assert_parity):
+    """The real binary raises "cannot reshape tensor of 0 elements into shape [1, 0, -1]"
+    for an empty input (OpInfo's prelu sample 1; the emulator does not model it): with the
+    shim, the CPU's empty result and the weight's (zero) gradient, on the device."""
+    dmlshim.activate(fallback="known")
+    w_cpu = torch.full(weight, 0.25, requires_grad=True)
+    w_dev = w_cpu.detach().to(dml_device).requires_grad_()
+    got = F.prelu(torch.zeros(shape, device=dml_device), w_dev)
+    ref = F.prelu(torch.zeros(shape), w_cpu)
+    got.sum().backward()
+    ref.sum().backward()
+    assert got.device == dml_device
+    assert_parity((got.detach(), w_dev.grad), (ref.detach(), w_cpu.grad))
+
+
 @pytest.mark.parametrize("overload", ["out", "empty out", "channels_last", "uint8", "float16"])
 def test_upsample_fix_forms(request, dml_device, shim_off, overload, assert_parity, assert_same):
     """``out=`` (of the result's size, and empty: resized), a channels-last input, uint8

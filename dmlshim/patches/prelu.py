@@ -7,7 +7,8 @@ binary).  Real-ESRGAN's SRVGGNetCompact (realesr-general-x4v3, realesr-animevide
 GPEN and RIFE call it.  One parameter, or a 2-D input, takes another route and is left
 alone.  An empty input raises "cannot reshape tensor of 0 elements into shape [1, 0, -1]"
 with any weight (the real binary, OpInfo's ``prelu`` sample 1; not modelled by the
-emulator).  Fixed on the device: ``aten::prelu`` as ``relu(x) - w * (-x).clamp_min(0)``
+emulator), and so do element-wise ops of such tensors: it is computed on the CPU (an empty
+round trip), autograd through the copies.  Otherwise fixed on the device: ``aten::prelu`` as ``relu(x) - w * (-x).clamp_min(0)``
 (clamp_min's gradient at 0 is 1: the input's gradient at 0 is ``w``, as the CPU's), at the
 target's Autograd and backend keys (as ``dispatcher.COMPOSITES``): autograd differentiates
 the elementwise ops.  Never probed (an abort cannot be caught): a static defect.  Docs: docs/defects.md.
@@ -42,8 +43,11 @@ def _kernel(target: str):
         if x.device.type == target and (_channel_weights(x, weight) or _empty(x, weight)) \
                 and not _select.aside():
             start = time.perf_counter()
-            w = weight.reshape(()) if weight.numel() == 1 else weight.view(1, -1, *[1] * (x.dim() - 2))
-            result = torch.relu(x) - w * (-x).clamp_min(0)
+            if x.numel() == 0:      # element-wise ops of empty tensors fail there too: the CPU's
+                result = _prelu(x.cpu(), weight.cpu()).to(x.device)
+            else:
+                w = weight.view(1, -1, *[1] * (x.dim() - 2))
+                result = torch.relu(x) - w * (-x).clamp_min(0)
             trace.record("aten::prelu", "coerce", time.perf_counter() - start, args=(x, weight))
             return result
         return _prelu.decompose(x, weight)
