@@ -47,15 +47,20 @@ def ranks_differ(a, b, integer_op: bool = True) -> bool:
             and a.dim() != b.dim() and (a.dtype != b.dtype or (integer_op and _integral(a) and _integral(b))))
 
 
+def leading_ones(a, b) -> tuple:
+    """``a`` and ``b`` as views of one rank: the one of fewer dimensions gets leading size-1
+    ones. The broadcast is the same, and so is the CPU's loop over it (expanding would change
+    float rounding in atan2)."""
+    rank = max(a.dim(), b.dim())
+    return tuple(t[(None,) * (rank - t.dim())] for t in (a, b))
+
+
 def _same_rank(op, keyset, args, kwargs):
-    """The operand of fewer dimensions gets leading size-1 ones (a view): the broadcast is the
-    same, and so is the CPU's loop over it (expanding would change float rounding in atan2)."""
+    """The failing case's operands at one rank (:func:`leading_ones`)."""
     a, b = args[0], args[1]
     if not ranks_differ(a, b, op in INTEGER_OPS):
         return None
-    rank = max(a.dim(), b.dim())
-    a, b = (t[(None,) * (rank - t.dim())] for t in (a, b))
-    return (a, b) + tuple(args[2:]), kwargs
+    return leading_ones(a, b) + tuple(args[2:]), kwargs
 
 
 def mul_fix(args, kwargs):

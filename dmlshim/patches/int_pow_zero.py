@@ -12,6 +12,7 @@ import torch
 
 from . import _select
 from .dispatcher import Done, below
+from .int_broadcast import leading_ones
 
 _aten = torch.ops.aten
 OPS = (_aten.pow.Tensor_Tensor, _aten.pow_.Tensor, _aten.pow.Scalar)
@@ -37,8 +38,7 @@ def _zeroed(op, keyset, args, kwargs):
         return None
     mask = exponent < 0 if not isinstance(base, torch.Tensor) else (base == 0) & (exponent < 0)
     if isinstance(base, torch.Tensor) and base.dim() and exponent.dim() and base.dim() != exponent.dim():
-        rank = max(base.dim(), exponent.dim())
-        base, exponent = (t[(None,) * (rank - t.dim())] for t in (base, exponent))
+        base, exponent = leading_ones(base, exponent)   # int_broadcast's fix: this one answers first
     result = op.redispatch(below(keyset), base, exponent, *args[2:], **kwargs)
     return Done(result.masked_fill_(mask, 0))
 
