@@ -483,6 +483,20 @@ def _build_module(config, tokens, model_dir):
     return model_class(**{**kwargs.get("model_conf", {}), **kwargs})
 
 
+# Parameters a library allocates with torch.empty and leaves for a checkpoint to fill
+# (openai-whisper's text positions). Left so, they hold whatever memory held: the
+# tiny Whisper's logits were NaN, its transcripts all "!" and, with the allocator's
+# state, sometimes not the same on two devices. They get normal(0, 0.02) weights.
+_UNINITIALISED = {"whisper": ("model.decoder.positional_embedding",)}
+
+
+def _fill_uninitialised(model, kind):
+    import torch
+
+    for name in _UNINITIALISED.get(kind, ()):
+        torch.nn.init.normal_(model.get_parameter(name), std=0.02)
+
+
 def write_model_dir(model_dir, kind, size="tiny", seed=0, final_dir=None):
     """Write a complete model directory for ``kind`` into ``model_dir`` (created).
 
@@ -521,6 +535,7 @@ def write_model_dir(model_dir, kind, size="tiny", seed=0, final_dir=None):
         # nano: built from the LLM files where they are now, before the move
         model = _build_module(_local_llm_paths(config, model_dir) if kind == "nano" else config,
                               tokens, model_dir)
+        _fill_uninitialised(model, kind)
     torch.save(model.state_dict(), model_dir / "model.pt")
     return sum(p.numel() for p in model.parameters())
 
@@ -543,7 +558,7 @@ def build(kind, size="tiny", cache_dir=None, seed=0):
     Raises ValueError for an unknown kind or size.
     """
     config, tokens, _ = model_config(kind, size)   # paths of "nano" left out of the hash
-    recipe = json.dumps([config, tokens, seed, _am_mvn(1)] + ([_QWEN3, _NANO_FILES] if kind == "nano" else []),
+    recipe = json.dumps([config, tokens, seed, _am_mvn(1), _UNINITIALISED.get(kind)] + ([_QWEN3, _NANO_FILES] if kind == "nano" else []),
                         ensure_ascii=False, sort_keys=True)
     digest = hashlib.sha1(recipe.encode("utf-8")).hexdigest()[:10]
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
