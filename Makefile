@@ -117,7 +117,8 @@ test-realdml-models: realdml
 # make demo on the real binary. The ASR half's text differs from the CPU's by a few tokens
 # today: SeACo's hotword LSTM goes through pad_packed_sequence, whose in-place copies into a
 # view of a view are lost on the real binary (docs/realdml.md "Open on the real binary";
-# without --hotword it matches the CPU). CI runs the VAD half (real weights), which matches.
+# without --hotword it matches the CPU). CI runs the VAD half (real weights) and the ASR half
+# without hotwords (demo-realdml-asr), which match.
 demo-realdml: demo-realdml-vad demo-realdml-asr
 	$(REALDML_UNTILED) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
 
