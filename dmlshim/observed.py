@@ -200,6 +200,18 @@ def _avg_pool_ceil(device):
     return F.avg_pool1d(torch.arange(1.0, 10.0).view(1, 1, 9).to(device), 3, 3, 1, ceil_mode=True)
 
 
+def _offset_views(device):
+    """In-place writes through views of an offset view (`x[1:].t()`, `x[1:][0:2]`) and through
+    a `split` chunk, read back from the base; and a view taken before its base changes."""
+    x = torch.arange(12.0).view(3, 4).to(device)
+    x[1:].t()[0].mul_(-1)
+    x[1:][0:1].add_(10)
+    x.split(1)[2].zero_()
+    view = x[1:].t()
+    x.add_(0.5)
+    return x, view.clone()
+
+
 _REFUSED = "the real 0.2.5 binary (no public report)"
 OBSERVED: Tuple[Defect, ...] = (
     Defect("upsample_bilinear", "#21", "microsoft/DirectML#482; the real 0.2.5 binary",
@@ -211,6 +223,10 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("repeat_5d", "#61", "Comfy-Org/ComfyUI#5860; the real 0.2.5 binary",
            "Tensor.repeat with more than 4 dimensions: 'the dimesion of at::Tensor must be 4 "
            "or lower, but got 5'", _probe(_repeat_5d), ("repeat",)),
+    Defect("offset_views", "#62", "the real 0.2.5 binary (no public report)",
+           "a view of a view with an offset (x[1:].t(), x[1:][0:2], x[2][0:4]) and split's chunks "
+           "are copies: writes through them are lost (silent)", _probe(_offset_views),
+           ("offset_views",)),
     # static: probing it would abort the process
     Defect("prelu_channels", "#29", "microsoft/DirectML#271, #445; the real 0.2.5 binary",
            "nn.PReLU(C) on a 4-D/5-D input aborts the process ('rank <= "

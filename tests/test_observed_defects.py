@@ -2,7 +2,8 @@
 
 Bilinear and non-integer nearest upsampling give wrong values (failure_modes.md #21, #60);
 ``nn.PReLU(C)`` on a 4-D input aborts the process (#29); ``Tensor.repeat`` with more than 4
-dimensions is refused (#61).  On the emulator: with the default
+dimensions is refused (#61); views of offset views and split's chunks are copies (#62).
+On the emulator: with the default
 rules each defect shows without dmlshim and the result is within the device profile with
 it; with a rule off its probe passes and its fix stays off.  The tests without the marker
 run on the real device too (``DMLSHIM_TEST_DEVICE=directml``).
@@ -73,13 +74,39 @@ def _repeat_5d(device):
             six.sum(0).sum(0) if device == CPU else six.cpu().sum(0).sum(0))
 
 
+def _offset_views(device):
+    """Writes through views of offset views: a transposed row, a slice from 0, a column block
+    (``x[1:][:, 4:8]``), RealESRGANer's 4-D tile assignment, a reshape, split and chunk; a view
+    read after its base changed; SeACo's hotword LSTM's
+    ``pad_packed_sequence``; and a gradient through views of views."""
+    x = torch.arange(60.0).view(5, 12).to(device)
+    x[1:].t()[0].mul_(-1)
+    x[1:][0:2].add_(100)
+    x[1:][:, 4:8] = torch.full((4, 4), 7.0).to(device)
+    x[1:].reshape(-1)[3:5].zero_()
+    x.split(2)[1].add_(0.5)
+    x.chunk(2, 1)[1][2:].mul_(2)
+    later = x[1:].t()
+    x.add_(1)
+    tiles = torch.zeros(1, 3, 12, 12).to(device)
+    for i in range(3):
+        tiles[:, :, 4 * i:4 * i + 4, 0:4] = torch.full((1, 3, 4, 4), float(i)).to(device)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(_image(3, 4, 2).to(device), [4, 2, 1],
+                                                     batch_first=True)
+    padded, lengths = torch.nn.utils.rnn.pad_packed_sequence(packed, batch_first=True)
+    w = _image(4, 6).to(device).requires_grad_()
+    (w[1:].t()[2:] * 3).sum().backward()
+    return x, later.clone(), tiles, padded, lengths, w.grad
+
+
 REPROS = {"upsample_bilinear": _gfpgan_bilinear, "upsample_nearest": _nearest_17,
-          "prelu_channels": _prelu_channels, "repeat_5d": _repeat_5d}
+          "prelu_channels": _prelu_channels, "repeat_5d": _repeat_5d, "offset_views": _offset_views}
 # defect -> the default rules that produce it
 RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
          "upsample_nearest": lambda r: r.op in ("upsample_nearest2d", "upsample_nearest2d_backward"),
          "prelu_channels": lambda r: r.op == "_prelu_kernel",
-         "repeat_5d": lambda r: r.op == "repeat"}
+         "repeat_5d": lambda r: r.op == "repeat",
+         "offset_views": lambda r: r.source.startswith("failure_modes.md #62;")}
 
 
 # ------------------------------------------------------------ on any device, with the shim
@@ -101,7 +128,7 @@ def test_probes_pass_on_the_cpu():
 
 @pytest.mark.emulated_only(
     reason="turns the defect's emulator rule on alone (emulation.configure)")
-@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest"])
+@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "offset_views"])
 def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, name, assert_parity,
                                                           assert_differs):
     emulation.configure(rules=[r for r in rules.default_rules() if RULES[name](r)])
@@ -115,6 +142,19 @@ def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, 
     assert DEFECTS[name].probe(dml_device).broken                       # probes see the raw device
 
 
+def test_offset_views_alias_inside_inference_mode(dml_device, shim_off, assert_parity):
+    """Both view fixes on one call: a tile of a normal tensor written inside inference_mode
+    (RealESRGANer's loop; #41 and #62 on the real binary)."""
+    def tiles(device):
+        out = torch.zeros(1, 3, 12, 12).to(device)
+        with torch.inference_mode():
+            for i in range(3):
+                out[:, :, 4 * i:4 * i + 4, 0:4] = torch.full((1, 3, 4, 4), float(i)).to(device)
+                out[:, :, 4 * i:4 * i + 4][..., 4:8].add_(i)
+        return out
+    dmlshim.activate(fallback="known")
+    assert {"offset_views", "inference_mode"} <= set(patches.installed())
+    assert_parity(tiles(dml_device), tiles(CPU))
 @pytest.mark.emulated_only(
     reason="turns the defect's emulator rule on alone (emulation.configure)")
 def test_repeat_over_four_dims_raises_raw_and_is_fixed(dml_device, shim_off, assert_parity):
@@ -131,7 +171,8 @@ def test_repeat_over_four_dims_raises_raw_and_is_fixed(dml_device, shim_off, ass
 
 
 @pytest.mark.emulated_only(reason="turns the defect's emulator rule off (emulation.configure)")
-@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "repeat_5d"])
+@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "repeat_5d",
+                                  "offset_views"])
 def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
     dmlshim.activate(fallback="known")

@@ -389,6 +389,11 @@ class _DeviceModule:
         return torch.device(DEVICE_TYPE, device_id or 0)
 
 
+# torch-directml's split kernels copy (failure_modes.md #62): a view op with a kernel of
+# its own there, where torch has a composite of narrow
+_SPLITS = ("split.Tensor", "split_with_sizes")
+
+
 def _ops_needing_direct_kernels():
     """Overloads that must get a PrivateUse1 kernel to be routed as in torch 2.4.1.
 
@@ -399,7 +404,7 @@ def _ops_needing_direct_kernels():
     * Ops torch-directml implements (``DML_KERNEL``/``CPU_FALLBACK``) that
       torch 2.13 gives a CompositeExplicitAutograd kernel: otherwise they
       decompose, e.g. ``native_layer_norm`` into batch_norm arithmetic that is
-      not bit-identical to the CPU kernel.
+      not bit-identical to the CPU kernel; and ``split``, which copies there.
     """
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name, (route, delegate) in routing.table().items():
@@ -414,7 +419,7 @@ def _ops_needing_direct_kernels():
             wanted = (route in (routing.DML_KERNEL, routing.CPU_FALLBACK)
                       and has_kernel(qualname, "CompositeExplicitAutograd")
                       and not has_kernel(qualname, "CompositeImplicitAutograd")
-                      and not op_info(op).metadata)
+                      and (not op_info(op).metadata or name in _SPLITS))
         if wanted and not has_kernel(qualname, "PrivateUse1"):
             yield op
 

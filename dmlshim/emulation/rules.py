@@ -521,6 +521,35 @@ def _repeat_message(self, repeats, *_, **__):
     return f"the dimesion of at::Tensor must be 4 or lower, but got {_repeat_rank(self, repeats)}"
 
 
+def _offset_view(self, shape, *_, **__):
+    """A view kernel (view, _reshape_alias, _unsafe_view) given a view with an offset
+    (``view.dtype``, whose second argument is a dtype, is not measured)."""
+    return self.storage_offset() != 0 and isinstance(shape, (list, tuple))
+
+
+def _no_further_offset(self, size, stride, storage_offset=None):
+    """as_strided of a view with an offset, at that same offset (torch's composites pass
+    ``self.storage_offset() + delta``: slice from 0, select 0, t, transpose, expand ...)."""
+    offset = self.storage_offset()
+    return offset != 0 and (storage_offset is None or storage_offset == offset)
+
+
+def _snapshot(view):
+    """A new device tensor with ``view``'s sizes, strides and values: DirectML's copy."""
+    cpu = _backend.cpu_alias(view)
+    extent = 1 + sum((n - 1) * st for n, st in zip(cpu.shape, cpu.stride())) if cpu.numel() else 0
+    region = cpu.as_strided((extent,), (1,)).clone()
+    return _backend.to_device(region.as_strided(cpu.shape, cpu.stride()))
+
+
+def _snapshot_of(op):
+    """The view(s) ``op`` makes on the device, each replaced by its snapshot."""
+    def replace(*args, **kwargs):
+        out = op.redispatch(_backend._CPU_KEYSET, *args, **kwargs)
+        return [_snapshot(o) for o in out] if isinstance(out, (list, tuple)) else _snapshot(out)
+    return replace
+
+
 def _device_without_index(*args, device=None, **kwargs):
     return device is not None and torch.device(device).index is None
 
@@ -567,6 +596,14 @@ def observed_rules():
         Rule("repeat", when=_repeat_over_four, message=_repeat_message,
              source=source.format("#61", "; Comfy-Org/ComfyUI#5860: Tensor.repeat with more "
                                          "than 4 dimensions")),
+        *(Rule(name, when=when, replace=_snapshot_of(aten_op(name)),
+               source=source.format("#62", ": a view of a view with an offset is a copy "
+                                           "(storage_offset() reads 0 there)"))
+          for name, when in (("as_strided", _no_further_offset), ("view", _offset_view),
+                             ("_reshape_alias", _offset_view), ("_unsafe_view", _offset_view))),
+        *(Rule(name, replace=_snapshot_of(aten_op(name)),
+               source=source.format("#62", ": split's chunks are copies"))
+          for name in ("split.Tensor", "split_with_sizes")),
         Rule(opaque.STRIDED_CLONES, message=opaque.HAS_STORAGE_ASSERT,
              source=source.format("#46", " (benchmarks/fidelity_routing.py): torch's composite "
                                          "clones through clone_preserve_strides, which asserts "

@@ -97,6 +97,11 @@ REGISTRY: Tuple[Patch, ...] = (
                   "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "
                   "remembered; 'known' only translates errors to DirectMLError",
           modes=("auto", "known")),
+    # before inference_mode: both hold the view kernels, and this one makes its views through
+    # the rest of their chain (_select.pass_on)
+    Patch("offset_views", "views of a view with an offset, and split's chunks, are copies: writes "
+                          "through them are lost (measured on the real 0.2.5 binary; #62): made from "
+                          "the tensor they alias with as_strided, on the device"),
     # torch-directml 0.2.5's reported defects (failure_modes.md #41-#47; dmlshim.reported
     # probes them): BackendSelect kernels (_select.py), and load's device-module wrapper.
     Patch("inference_mode", "views of normal tensors inside torch.inference_mode(): 'Cannot set "

@@ -19,7 +19,7 @@ from typing import Dict, Tuple
 import torch
 
 from .. import fallback, trace
-from .dispatcher import Done, Fix, backend_key, fix_kernel
+from .dispatcher import Done, Fix, backend_key, below, fix_kernel
 
 
 _aside = 0                  # > 0 while a probe runs: fixes stand aside on every thread
@@ -69,6 +69,17 @@ def _run_chain(op, keyset, args, kwargs):
         if fixed is not None:
             return fixed
     return None
+
+
+def pass_on(op, keyset, args, kwargs, *, after: Fix):
+    """What a call of ``op`` gives from the fixes after ``after`` in its chain, redispatched
+    below BackendSelect if none answers: how a fix computes the call it then amends."""
+    chain = _chains.get(op, ())
+    for fix in chain[chain.index(after) + 1:] if after in chain else chain:
+        fixed = fix(op, keyset, args, kwargs)
+        if fixed is not None:
+            return fixed.result if isinstance(fixed, Done) else op.redispatch(below(keyset), *fixed[0], **fixed[1])
+    return op.redispatch(below(keyset), *args, **kwargs)
 
 
 def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> bool:

@@ -1,0 +1,113 @@
+"""Views of a view with a storage offset are copies on DirectML: writes through them are lost.
+
+torch-directml 0.2.5 keeps a view's offset inside its own tensor (``storage_offset()``
+reads 0 on the real binary), and its view kernels (``as_strided``, ``view``,
+``_reshape_alias``, ``_unsafe_view``, ``reshape``) given a tensor with such an offset and
+no further offset return a *snapshot*: the right values, but an in-place op on it does not
+reach the base, and a later change of the base does not reach it.  ``x[1:].t()``,
+``x[1:][0:2]``, ``x[2][0:4]`` and ``x[1:][:, 4:8]`` (whose full first-dimension slice is such a
+call) are snapshots; ``x[1:][1:3]`` aliases.  ``split``/``chunk`` always return copies.
+Measured on the real binary (failure_modes.md #62; docs/defects.md); SeACo-Paraformer's
+hotword LSTM (``pad_packed_sequence``) and RealESRGANer's tiles write that way.
+
+The fix: dmlshim records, on each view it sees made on the device, the tensor it aliases
+(its *anchor*, one with no offset of its own) and its offset there, in elements; a view op
+of a tensor with an offset, and every ``split``, is then made as ``anchor.as_strided(size,
+stride, offset)``, which aliases, its geometry computed on the meta device.  A view made
+before ``activate()`` or by ``.data`` is not known and keeps DirectML's behaviour.  An
+``as_strided`` offset stays relative to the view, as torch-directml reads it (the CPU's is
+absolute; ``storage_offset()`` reads 0 there, so code that adds it gets the same answer).
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from . import _select
+from .dispatcher import Done
+
+_aten = torch.ops.aten
+_AS_STRIDED = _aten.as_strided.default
+# where a view's anchor and offset are kept: on the tensor's Python object, which torch
+# keeps with the TensorImpl (PyObject preservation), so it survives a trip through C++
+_KEY = "_dmlshim_anchor"
+# torch-directml's view kernels (dml_registered_ops.txt) that snapshot an offset view
+_VIEWS = (_aten.view.default, _aten._reshape_alias.default, _aten._unsafe_view.default,
+          _aten.reshape.default, _aten.unfold.default)
+# its split kernels, which copy every chunk
+_SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default)
+
+
+def anchor_of(t: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    """``(anchor, offset)``: the tensor ``t`` aliases and ``t``'s offset there, in elements;
+    ``(t, 0)`` for a tensor dmlshim saw no view op make."""
+    return getattr(t, _KEY, None) or (t, 0)
+
+
+def _remember(results, anchor: torch.Tensor, offsets) -> None:
+    for t, offset in zip(results, offsets):
+        if offset:
+            setattr(t, _KEY, (anchor, offset))
+
+
+def _meta_geometry(op, args, kwargs):
+    """``[(size, stride, offset)]`` of ``op``'s results, computed on the meta device for a
+    ``self`` of offset 0; None if they are not views there (``reshape`` copying) or the
+    call is not valid (the device then gives its own error)."""
+    self = args[0]
+    meta = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
+    try:
+        out = op(meta, *args[1:], **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    storage = meta.untyped_storage()._cdata
+    if not all(o.untyped_storage()._cdata == storage for o in outs):
+        return None
+    return [(o.shape, o.stride(), o.storage_offset()) for o in outs]
+
+
+def _as_strided_geometry(args, kwargs):
+    self, size, stride = args[0], args[1], args[2]
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    # relative to self: torch's composites pass self.storage_offset() + delta (0 + delta on
+    # DirectML, the true offset on the emulator, whose storage_offset() is right)
+    delta = 0 if offset is None else int(offset) - self.storage_offset()
+    return [(size, stride, delta)]
+
+
+def _rebuilt(op, keyset, args, kwargs):
+    """The fix: a view op of a tensor with an offset, and every split, from the anchor."""
+    self = args[0]
+    anchor, base = anchor_of(self)
+    if op is _AS_STRIDED:
+        geometry = _as_strided_geometry(args, kwargs)
+        if not base and not geometry[0][2]:
+            return None                              # the hot path: a view of a root
+    elif base or op in _SPLITS:
+        geometry = _meta_geometry(op, args, kwargs)
+    else:
+        return None                                  # offset 0: DirectML's view aliases
+    if geometry is None:
+        return None
+    offsets = [base + delta for _, _, delta in geometry]
+    if op is _AS_STRIDED and not base:
+        result = _select.pass_on(op, keyset, args, kwargs, after=_rebuilt)
+        _remember((result,), self, offsets)
+        return Done(result, record=False)
+    views = [_view_of(anchor, keyset, size, stride, offset)
+             for (size, stride, _), offset in zip(geometry, offsets)]
+    _remember(views, anchor, offsets)
+    return Done(views if op in _SPLITS else views[0])
+
+
+def _view_of(anchor, keyset, size, stride, offset) -> torch.Tensor:
+    """``anchor.as_strided(size, stride, offset)`` through the rest of as_strided's fixes
+    (inference_mode's); an offset relative to the anchor, whatever its storage_offset()."""
+    args = (anchor, list(size), list(stride), anchor.storage_offset() + offset)
+    return _select.pass_on(_AS_STRIDED, keyset, args, {}, after=_rebuilt)
+
+
+_kernels = _select.Kernels({op: _rebuilt for op in (_AS_STRIDED, *_VIEWS, *_SPLITS)})
+install, uninstall = _kernels.install, _kernels.uninstall
