@@ -209,7 +209,7 @@ def emotion_scores(model_dir, device):
 
 def test_emotion2vec_needs_no_fix(model_dir, dml_device, assert_parity):
     """emotion2vec uses only ops DirectML has: its scores equal the CPU's raw, and with
-    the shim, which intercepts nothing."""
+    the shim, which fixes nothing."""
     labels, ref = emotion_scores(model_dir, "cpu")
     _, raw = emotion_scores(model_dir, dml_device)
     dmlshim.activate()
@@ -223,4 +223,6 @@ def test_emotion2vec_needs_no_fix(model_dir, dml_device, assert_parity):
     assert abs(float(ref.sum()) - 1) < 1e-5          # a softmax over the 9 labels
     assert_parity(raw, ref)
     assert_parity(got, ref)
-    assert rows == [], rows
+    # views of offset views remade from their anchor (offset_views, #62), zero-copy, are
+    # the only interceptions: no computation is fixed
+    assert [r for r in rows if set(r["actions"]) != {"anchored"}] == [], rows

@@ -20,10 +20,12 @@ absolute; ``storage_offset()`` reads 0 there, so code that adds it gets the same
 """
 from __future__ import annotations
 
+import time
 from typing import Tuple
 
 import torch
 
+from .. import trace
 from . import _select
 from .dispatcher import Done
 
@@ -96,10 +98,13 @@ def _rebuilt(op, keyset, args, kwargs):
         result = _select.pass_on(op, keyset, args, kwargs, after=_rebuilt)
         _remember((result,), self, offsets)
         return Done(result, record=False)
+    start = time.perf_counter()
     views = [_view_of(anchor, keyset, size, stride, offset)
              for (size, stride, _), offset in zip(geometry, offsets)]
     _remember(views, anchor, offsets)
-    return Done(views if op in _SPLITS else views[0])
+    # its own action: a view remade, zero-copy, is no computation fixed
+    trace.record(op.name(), "anchored", time.perf_counter() - start, args=args, kwargs=kwargs)
+    return Done(views if op in _SPLITS else views[0], record=False)
 
 
 def _view_of(anchor, keyset, size, stride, offset) -> torch.Tensor:
