@@ -69,7 +69,7 @@ def _pad_order(device):
 
 
 def _gather(device):
-    """FCPE's local decoder: gather a window from an expanded (stride-0) cent table."""
+    """FCPE's local decoder: gather (dim=-1) a window from an expanded (stride-0) cent table."""
     cents = torch.arange(8.0).to(device)[None, None, :].expand(2, 3, -1)
     peaks = torch.tensor([[[1], [2], [4]], [[0], [3], [6]]]).to(device)
     window = (torch.arange(3).to(device) + peaks - 1).clamp_(0, 7)
@@ -114,8 +114,10 @@ REPORTED: Tuple[Defect, ...] = (
     Defect("pad_order", "#42", "microsoft/DirectML#687",
            "F.pad's (left, right, top, bottom) applied as (top, bottom, left, right)",
            _probe(_pad_order), ("pad",)),
-    Defect("gather", "#43", "RVC-Project/Retrieval-based-Voice-Conversion-WebUI infer/fcpe.py",
-           "gather returns wrong values (FCPE pitch decoder)", _probe(_gather), ("gather",)),
+    Defect("gather", "#43", "RVC-Project/Retrieval-based-Voice-Conversion-WebUI infer/fcpe.py; the "
+           "real 0.2.5 binary", "gather returns wrong values (FCPE pitch decoder): with dim=-1 "
+           "gather/scatter/scatter_add read the index as arange, below -1 they are refused",
+           _probe(_gather), ("gather",)),
     Defect("cross_entropy_none_grad", "#44", "microsoft/DirectML#739, #740",
            "cross_entropy(reduction='none'): every gradient is 0", _probe(_cross_entropy_none),
            ("losses",)),

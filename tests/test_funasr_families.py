@@ -81,11 +81,14 @@ def test_shim_matches_cpu(kind, model_dir, dml_device, default_shim, profile):
     assert figures.tokens > 10                  # random weights still emit tokens
     assert bool(got["timestamp"]) == (kind == "sensevoice")   # streaming has none
     actions = {r["op"]: r["actions"] for r in dmlshim.report().rows}
-    # sensevoice fails nowhere raw (above): only one `lt` of operands of two ranks and
-    # dtypes is reshaped (int_broadcast; the real binary reads the smaller operand's first
-    # value, which a batch of one survives); the others would fail again without the shim
+    # sensevoice fails nowhere raw (above): one `lt` of operands of two ranks and dtypes is
+    # reshaped (int_broadcast; the real binary reads the smaller operand's first value, which
+    # a batch of one survives), its CTC alignment's gather(dim=-1) counted from 0 (#43: its
+    # timestamps), views of offset views remade (offset_views); the others would fail again
+    # without the shim
     if kind == "sensevoice":
-        assert set(actions) <= {"aten::lt.Tensor"}, actions
+        fixed = {op for op, acts in actions.items() if set(acts) != {"anchored"}}
+        assert fixed <= {"aten::lt.Tensor", "aten::gather"}, actions
     else:
         assert actions, actions
 
@@ -226,3 +229,18 @@ def test_emotion2vec_needs_no_fix(model_dir, dml_device, assert_parity):
     # views of offset views remade from their anchor (offset_views, #62), zero-copy, are
     # the only interceptions: no computation is fixed
     assert [r for r in rows if set(r["actions"]) != {"anchored"}] == [], rows
+
+
+def test_sensevoice_ctc_alignment_matches_cpu_with_the_shim(dml_device, default_shim, assert_same):
+    """SenseVoice's timestamps: CTC forced alignment over random emissions, its gathers with
+    dim=-1 (#43: the index read as arange on the real binary) and its in-place writes
+    through views of views (#62), both fixed on the device."""
+    from funasr.models.sense_voice.utils.ctc_alignment import ctc_forced_align
+    g = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(2, 40, 12, generator=g).log_softmax(-1)
+    targets = torch.randint(1, 12, (2, 6), generator=g)
+    lengths = (torch.tensor([40, 33]), torch.tensor([6, 4]))
+    want = ctc_forced_align(log_probs, targets.clone(), *lengths)
+    got = ctc_forced_align(log_probs.to(dml_device), targets.to(dml_device), *(n.to(dml_device) for n in lengths))
+    assert_same(got, want)                           # an integer path: exact on any device
+    assert "aten::gather" in {r["op"] for r in dmlshim.report().rows}

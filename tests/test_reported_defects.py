@@ -78,6 +78,15 @@ def _fcpe_local_argmax(device):
     return (local_cents * local_latent).sum(-1) / local_latent.sum(-1)
 
 
+def _negative_dims(device):
+    """FCPE's decoder, and scatter/scatter_add (functional, in place, out=) with dim -1 and -2."""
+    x, src = torch.zeros(3, 4).to(device), torch.arange(1.0, 13.0).view(3, 4).to(device)
+    index = torch.tensor([[3, 0, 2, 1], [1, 2, 3, 0], [0, 3, 1, 2]]).to(device)
+    return (_fcpe_local_argmax(device), x.scatter(-1, index, src), x.clone().scatter_add_(-1, index, src),
+            torch.scatter(x, -1, index, src, out=torch.empty(3, 4).to(device)),
+            torch.gather(src, -2, index[:, :3] % 3), x.scatter(-2, index % 3, src))
+
+
 def _weighted_token_loss_grad(device):
     """DirectML#739/#740: per-token cross_entropy(reduction='none'), weighted by hand."""
     torch.manual_seed(0)
@@ -117,7 +126,7 @@ def _unique_counts(device):
     return torch.unique(torch.tensor([4, 1, 4, 2, 4, 1]).to(device), return_counts=True)
 
 
-REPROS = {"#41": _linear_in_inference_mode, "#42": _realesrgan_x2_pad, "#43": _fcpe_local_argmax,
+REPROS = {"#41": _linear_in_inference_mode, "#42": _realesrgan_x2_pad, "#43": _negative_dims,
           "#44": _weighted_token_loss_grad, "#45": _layer_norm_permuted, "#46": _load_state_dict,
           "#47": _unique_counts}
 ROWS = sorted(REPROS)
@@ -308,12 +317,14 @@ def test_the_patch_layer_reads_the_view_kernels_without_the_emulator():
     assert run.returncode == 0, run.stderr
 
 
-def test_symmetric_pads_and_contiguous_gathers_stay_on_the_device(fixed, dml_device, assert_same):
+def test_symmetric_pads_and_gathers_counted_from_zero_stay_on_the_device(fixed, dml_device, assert_same):
     x = torch.arange(16.0).view(1, 1, 4, 4)
     assert_same(F.pad(x.to(dml_device), (1, 1, 1, 1), "reflect"), F.pad(x, (1, 1, 1, 1), "reflect"))
     index = torch.tensor([[0, 3], [2, 1]])
     assert_same(torch.gather(x[0, 0, :2].to(dml_device), 1, index.to(dml_device)),
                 torch.gather(x[0, 0, :2], 1, index))
+    cents = torch.arange(8.0)[None].expand(2, -1)                 # FCPE's expanded table
+    assert_same(torch.gather(cents.to(dml_device), 1, index.to(dml_device)), torch.gather(cents, 1, index))
     assert not {"aten::reflection_pad2d", "aten::gather"} & set(_actions())
 
 

@@ -383,23 +383,30 @@ def _pad_pairs_swapped(self, padding, *args, **kwargs):
                                (self, [top, bottom, left, right], *args), kwargs)
 
 
-def _strided_input(self, *_, **__):
-    return not self.is_contiguous()
+def _last_dim(self, dim, index, *_, **__):
+    return dim == -1 and index.dim() > 0
 
 
-def _gather_in_memory_order(self, dim, index, *, sparse_grad=False, out=None):
-    """gather over ``self``'s storage read in order from its offset, as if contiguous;
-    reads past the storage give 0 (D3D12 bounds-checked loads)."""
-    storage = _backend.cpu_alias(self)
-    available = storage.untyped_storage().nbytes() // self.element_size() - self.storage_offset()
-    flat = torch.zeros(self.numel(), dtype=self.dtype)
-    n = max(0, min(self.numel(), available))
-    flat[:n] = storage.as_strided((n,), (1,))
-    result = torch.gather(flat.view(self.shape), dim, _backend.cpu_alias(index))
-    if out is not None:
-        _backend.cpu_alias(out).copy_(result)
-        return out
-    return _backend.to_device(result)
+def _below_last_dim(self, dim, *_, **__):
+    """A valid negative dim other than -1 (torch refuses the others before the kernel)."""
+    return -max(self.dim(), 1) <= dim < -1
+
+
+def _index_ignored(op, out_op):
+    """DirectML's gather/scatter/scatter_add with ``dim=-1``: the index read as ``arange``
+    along the dimension (``self``'s own leading elements; ``src`` written where it lies)."""
+    def replace(self, dim, index, *rest, **kwargs):
+        shape = [1] * index.dim()
+        shape[-1] = -1
+        identity = torch.arange(index.shape[-1]).view(shape).expand(index.shape)
+        return _backend.run_on_cpu(out_op if "out" in kwargs else op, (self, dim, identity, *rest), kwargs)
+    return replace
+
+
+# (name pattern, its functional or in-place overload, its out= overload)
+_DIM_OPS = (("gather", "gather", "gather.out"), ("scatter.src", "scatter.src", None),
+            ("scatter_.src", "scatter_.src", None), ("scatter.src_out", None, "scatter.src_out"),
+            ("scatter_add", "scatter_add", "scatter_add.out"), ("scatter_add_", "scatter_add_", None))
 
 
 def _reduction_none(grad_output, self, target, weight, reduction, *_, **__):
@@ -699,9 +706,13 @@ def default_rules():
         Rule("reflection_pad2d", when=_pad_pairs_differ, replace=_pad_pairs_swapped,
              source="failure_modes.md #42; microsoft/DirectML#687: F.pad's (left, right, top, "
                     "bottom) applied as (top, bottom, left, right)"),
-        Rule("gather", when=_strided_input, replace=_gather_in_memory_order,
-             source="failure_modes.md #43; RVC-Project/Retrieval-based-Voice-Conversion-WebUI "
-                    "infer/fcpe.py (wrong bins from an expanded table; pattern modelled)"),
+        *(Rule(name, when=_last_dim, replace=_index_ignored(op and aten_op(op), out and aten_op(out)),
+               source="failure_modes.md #43; RVC-Project/Retrieval-based-Voice-Conversion-WebUI "
+                      "infer/fcpe.py (wrong bins, gather(dim=-1)); the real 0.2.5 binary: dim=-1 "
+                      "ignores the index") for name, op, out in _DIM_OPS),
+        Rule(tuple(name for name, _, _ in _DIM_OPS), when=_below_last_dim,
+             source="failure_modes.md #43; the real 0.2.5 binary: gather/scatter/scatter_add with "
+                    "dim < -1 refused (E_INVALIDARG)"),
         Rule("nll_loss_backward", when=_reduction_none, replace=_zero_grad_input,
              source="failure_modes.md #44; microsoft/DirectML#739, #740: "
                     "cross_entropy(reduction='none') gradients are all zero"),
