@@ -99,6 +99,11 @@ def _pad_negative(device):
     return F.pad(torch.arange(6.0).view(1, 1, 6).to(device), (-1, 1), mode="replicate")
 
 
+def _pad_zero(device):
+    """`F.pad(x, (0, 0))` of a 2x3 ramp (nothing to pad)."""
+    return F.pad(torch.arange(1.0, 7.0).view(2, 3).to(device), (0, 0))
+
+
 def _combinations(device):
     """`torch.combinations` of a 3-value ramp, r = 2."""
     return torch.combinations(torch.arange(3.0).to(device), 2)
@@ -268,6 +273,9 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("pad_negative", "none", _REFUSED,
            "replicate pad with a negative begin pad: the last value everywhere (silent); constant "
            "pad with mixed signs refused", _probe(_pad_negative), ("pad_negative",)),
+    Defect("pad_zero", "#63", _REFUSED,
+           "F.pad/constant_pad_nd with every pad 0: a tensor never written (zeros or stale values; "
+           "silent)", _probe(_pad_zero), ("pad_zero",)),
     Defect("combinations", "none", _REFUSED,
            "torch.combinations: 'The size of tensor a (n) must match the size of tensor b (0)', "
            "CreateOperator for one element (its C++ composite only)", _probe(_combinations),

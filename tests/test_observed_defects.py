@@ -2,7 +2,8 @@
 
 Bilinear and non-integer nearest upsampling give wrong values (failure_modes.md #21, #60);
 ``nn.PReLU(C)`` on a 4-D input aborts the process (#29); ``Tensor.repeat`` with more than 4
-dimensions is refused (#61); views of offset views and split's chunks are copies (#62).
+dimensions is refused (#61); views of offset views and split's chunks are copies (#62);
+``F.pad`` with nothing to pad returns a tensor never written (#63).
 On the emulator: with the default
 rules each defect shows without dmlshim and the result is within the device profile with
 it; with a rule off its probe passes and its fix stays off.  The tests without the marker
@@ -99,14 +100,26 @@ def _offset_views(device):
     return x, later.clone(), tiles, padded, lengths, w.grad
 
 
+def _pad_zero(device):
+    """Fun-ASR-Nano's adaptor pad with nothing to pad (3-D, six zeros), a 2-D and a transposed
+    one, a real pad beside them, and the gradient through a zero pad."""
+    x = _image(1, 11, 8).to(device)
+    w = _image(3, 4, seed=1).to(device).requires_grad_()
+    F.pad(w, (0, 0)).mul(torch.arange(12.0).view(3, 4).to(device)).sum().backward()
+    return (F.pad(x, (0, 0, 0, 0, 0, 0), value=0.0), F.pad(x[0], (0, 0)), F.pad(x[0].t(), (0, 0, 0, 0)),
+            F.pad(x, (0, 0, 0, 1)), w.grad)
+
+
 REPROS = {"upsample_bilinear": _gfpgan_bilinear, "upsample_nearest": _nearest_17,
-          "prelu_channels": _prelu_channels, "repeat_5d": _repeat_5d, "offset_views": _offset_views}
+          "prelu_channels": _prelu_channels, "repeat_5d": _repeat_5d, "offset_views": _offset_views,
+          "pad_zero": _pad_zero}
 # defect -> the default rules that produce it
 RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
          "upsample_nearest": lambda r: r.op in ("upsample_nearest2d", "upsample_nearest2d_backward"),
          "prelu_channels": lambda r: r.op == "_prelu_kernel",
          "repeat_5d": lambda r: r.op == "repeat",
-         "offset_views": lambda r: r.source.startswith("failure_modes.md #62;")}
+         "offset_views": lambda r: r.source.startswith("failure_modes.md #62;"),
+         "pad_zero": lambda r: r.source.startswith("failure_modes.md #63;")}
 
 
 # ------------------------------------------------------------ on any device, with the shim
@@ -128,7 +141,7 @@ def test_probes_pass_on_the_cpu():
 
 @pytest.mark.emulated_only(
     reason="turns the defect's emulator rule on alone (emulation.configure)")
-@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "offset_views"])
+@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "offset_views", "pad_zero"])
 def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, name, assert_parity,
                                                           assert_differs):
     emulation.configure(rules=[r for r in rules.default_rules() if RULES[name](r)])
@@ -172,7 +185,7 @@ def test_repeat_over_four_dims_raises_raw_and_is_fixed(dml_device, shim_off, ass
 
 @pytest.mark.emulated_only(reason="turns the defect's emulator rule off (emulation.configure)")
 @pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "repeat_5d",
-                                  "offset_views"])
+                                  "offset_views", "pad_zero"])
 def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
     dmlshim.activate(fallback="known")

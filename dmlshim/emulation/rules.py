@@ -573,6 +573,15 @@ def _empty_without_index(size, *, dtype=None, layout=None, device=None, pin_memo
         return _backend.to_device(cpu)
 
 
+def _nothing_to_pad(self, pad, *_, **__):
+    return not any(pad)
+
+
+def _never_written(self, pad, *_, **__):
+    """DirectML's result of a pad with nothing to pad: allocated, never written (zeros here)."""
+    return _backend.to_device(torch.zeros(self.shape, dtype=self.dtype))
+
+
 def _source_unlike_index(self, dim, index, src=None, *_, **__):
     return isinstance(src, Tensor) and src.dim() > 0 and src.shape != index.shape
 
@@ -611,6 +620,9 @@ def observed_rules():
         *(Rule(name, replace=_snapshot_of(aten_op(name)),
                source=source.format("#62", ": split's chunks are copies"))
           for name in ("split.Tensor", "split_with_sizes")),
+        Rule("constant_pad_nd", when=_nothing_to_pad, replace=_never_written,
+             source=source.format("#63", ": F.pad with every pad 0 returns a tensor it never "
+                                         "wrote (zeros or stale values)")),
         Rule(opaque.STRIDED_CLONES, message=opaque.HAS_STORAGE_ASSERT,
              source=source.format("#46", " (benchmarks/fidelity_routing.py): torch's composite "
                                          "clones through clone_preserve_strides, which asserts "

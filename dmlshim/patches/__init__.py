@@ -132,6 +132,8 @@ REGISTRY: Tuple[Patch, ...] = (
                            "(measured on the real 0.2.5 binary): both expanded first, on the device"),
     Patch("pad_negative", "replication_pad with a negative begin pad is silently wrong, constant_pad_nd "
                           "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
+    Patch("pad_zero", "constant_pad_nd with every pad 0 returns an uninitialised tensor (measured on the "
+                      "real 0.2.5 binary; #63): a copy, on the device"),
     Patch("combinations", "torch.combinations' C++ composite fails (measured on the real 0.2.5 binary: "
                           "'The size of tensor a (n) must match ... (0)', CreateOperator): on the CPU"),
     # before int_broadcast: pow's overloads are in its chain too (the first fix that answers wins)
