@@ -104,6 +104,14 @@ def _pad_zero(device):
     return F.pad(torch.arange(1.0, 7.0).view(2, 3).to(device), (0, 0))
 
 
+def _copy_to_cpu(device):
+    """A device row copied into a slice of a CPU tensor, and into an int64 one (its dtype kept)."""
+    out, ints = torch.zeros(2, 3), torch.zeros(3, dtype=torch.int64)
+    out[1].copy_(torch.arange(1.0, 4.0).to(device))
+    ints.copy_(torch.arange(1.0, 4.0).to(device))
+    return out, ints
+
+
 def _combinations(device):
     """`torch.combinations` of a 3-value ramp, r = 2."""
     return torch.combinations(torch.arange(3.0).to(device), 2)
@@ -276,6 +284,10 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("pad_zero", "#63", _REFUSED,
            "F.pad/constant_pad_nd with every pad 0: a tensor never written (zeros or stale values; "
            "silent)", _probe(_pad_zero), ("pad_zero",)),
+    Defect("copy_to_cpu", "#64", _REFUSED,
+           "copy_ from the device into a CPU tensor gives it new storage in the source's dtype: "
+           "a CPU view or slice written so, and every alias, keeps its values (silent)",
+           _probe(_copy_to_cpu), ("copy_to_cpu",)),
     Defect("combinations", "none", _REFUSED,
            "torch.combinations: 'The size of tensor a (n) must match the size of tensor b (0)', "
            "CreateOperator for one element (its C++ composite only)", _probe(_combinations),

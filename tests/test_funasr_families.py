@@ -185,7 +185,9 @@ def test_without_shim_whisper_cannot_go_to_the_device(model_dir, dml_device):
 
 def test_shim_runs_whisper_with_the_cpu_transcript(model_dir, dml_device, default_shim, profile):
     """With dmlshim the sparse buffer stays on the CPU as an island (dmlshim.islands) and
-    the rest of Whisper runs on the device: the transcript equals the CPU's."""
+    the rest of Whisper runs on the device (float16, openai-whisper's default off the CPU):
+    the transcript equals the CPU's.  The language token it detects on the device reaches
+    its CPU token list through ``copy_to_cpu`` (#64: raw, the real binary decodes English)."""
     ref = transcribe(load(model_dir, "whisper", "cpu"), "whisper")
     got = transcribe(load(model_dir, "whisper", dml_device), "whisper")
     figures = parity.compare_transcripts(got["text"], ref["text"], None, None)

@@ -3,7 +3,8 @@
 Bilinear and non-integer nearest upsampling give wrong values (failure_modes.md #21, #60);
 ``nn.PReLU(C)`` on a 4-D input aborts the process (#29); ``Tensor.repeat`` with more than 4
 dimensions is refused (#61); views of offset views and split's chunks are copies (#62);
-``F.pad`` with nothing to pad returns a tensor never written (#63).
+``F.pad`` with nothing to pad returns a tensor never written (#63); a copy from the device into
+a CPU tensor rebinds it (#64).
 On the emulator: with the default
 rules each defect shows without dmlshim and the result is within the device profile with
 it; with a rule off its probe passes and its fix stays off.  The tests without the marker
@@ -110,16 +111,35 @@ def _pad_zero(device):
             F.pad(x, (0, 0, 0, 1)), w.grad)
 
 
+def _copy_to_cpu(device):
+    """Device values copied into CPU tensors: a root and an alias of it, slices, a transposed
+    view, an int64 destination of a float32 source, and whisper's language token
+    (``tokens[:, 1] = lang_tokens``) by assignment."""
+    src = torch.arange(1.0, 13.0).view(3, 4).to(device)
+    root = torch.zeros(3, 4)
+    alias = root.view(12)
+    root.copy_(src)
+    rows, ints, cols = torch.zeros(5, 4), torch.zeros(3, 4, dtype=torch.int64), torch.zeros(4, 3)
+    rows[1:4].copy_(src)
+    ints.copy_(src)
+    cols.t().copy_(src)
+    tokens = torch.tensor([[50258, 50259, 50359]])
+    tokens[:, 1] = torch.tensor([50325]).to(device)
+    rows[4, 1:3] = src[0, :2]
+    return alias, rows, ints, cols, tokens
+
+
 REPROS = {"upsample_bilinear": _gfpgan_bilinear, "upsample_nearest": _nearest_17,
           "prelu_channels": _prelu_channels, "repeat_5d": _repeat_5d, "offset_views": _offset_views,
-          "pad_zero": _pad_zero}
+          "pad_zero": _pad_zero, "copy_to_cpu": _copy_to_cpu}
 # defect -> the default rules that produce it
 RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
          "upsample_nearest": lambda r: r.op in ("upsample_nearest2d", "upsample_nearest2d_backward"),
          "prelu_channels": lambda r: r.op == "_prelu_kernel",
          "repeat_5d": lambda r: r.op == "repeat",
          "offset_views": lambda r: r.source.startswith("failure_modes.md #62;"),
-         "pad_zero": lambda r: r.source.startswith("failure_modes.md #63;")}
+         "pad_zero": lambda r: r.source.startswith("failure_modes.md #63;"),
+         "copy_to_cpu": lambda r: r.source.startswith("failure_modes.md #64;")}
 
 
 # ------------------------------------------------------------ on any device, with the shim
@@ -141,7 +161,8 @@ def test_probes_pass_on_the_cpu():
 
 @pytest.mark.emulated_only(
     reason="turns the defect's emulator rule on alone (emulation.configure)")
-@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "offset_views", "pad_zero"])
+@pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "offset_views", "pad_zero",
+                                  "copy_to_cpu"])
 def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, name, assert_parity,
                                                           assert_differs):
     emulation.configure(rules=[r for r in rules.default_rules() if RULES[name](r)])
@@ -185,7 +206,7 @@ def test_repeat_over_four_dims_raises_raw_and_is_fixed(dml_device, shim_off, ass
 
 @pytest.mark.emulated_only(reason="turns the defect's emulator rule off (emulation.configure)")
 @pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "repeat_5d",
-                                  "offset_views", "pad_zero"])
+                                  "offset_views", "pad_zero", "copy_to_cpu"])
 def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
     dmlshim.activate(fallback="known")

@@ -98,7 +98,7 @@ IMPORT_ORDER = textwrap.dedent("""
 # #11 (legacy_new) too: torch 2.4.1 and 2.13 accept Tensor.new on PrivateUse1.
 ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto", "basicsr", "facexlib",
                "gfpgan", "funasr", "offset_views", "inference_mode", "pad", "gather", "losses", "load",
-               "upsample_bilinear", "pad_zero",
+               "upsample_bilinear", "pad_zero", "copy_to_cpu",
                "upsample_nearest", "prelu", "broadcast_copy", "autocast", "legacy_new", "repeat",
                "unique",                                          # unique: #47, on by default
                "refused", "fallback_out", "max_pool_ceil", "adaptive_pool", "masked_select",

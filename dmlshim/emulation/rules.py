@@ -573,6 +573,17 @@ def _empty_without_index(size, *, dtype=None, layout=None, device=None, pin_memo
         return _backend.to_device(cpu)
 
 
+def _into_cpu(self, src, *_, **__):
+    return self.is_cpu and not src.is_cpu
+
+
+def _rebound(self, src, non_blocking=False):
+    """DirectML's device-to-CPU ``copy_``: ``self`` given new storage holding ``src``, in
+    ``src``'s dtype; ``self``'s old memory (its base, its aliases) untouched."""
+    self.data = _backend.cpu_alias(src).clone()
+    return self
+
+
 def _nothing_to_pad(self, pad, *_, **__):
     return not any(pad)
 
@@ -620,6 +631,9 @@ def observed_rules():
         *(Rule(name, replace=_snapshot_of(aten_op(name)),
                source=source.format("#62", ": split's chunks are copies"))
           for name in ("split.Tensor", "split_with_sizes")),
+        Rule("copy_", when=_into_cpu, replace=_rebound,
+             source=source.format("#64", ": copy_ into a CPU tensor rebinds it to new storage "
+                                         "in the source's dtype")),
         Rule("constant_pad_nd", when=_nothing_to_pad, replace=_never_written,
              source=source.format("#63", ": F.pad with every pad 0 returns a tensor it never "
                                          "wrote (zeros or stale values)")),

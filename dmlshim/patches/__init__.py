@@ -67,6 +67,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("broadcast_copy", "Tensor.copy_ of a source that broadcasts: a CPU one fills only the first "
                             "elements, a device one of fewer dims fills the first value (measured on "
                             "the real 0.2.5 binary): expand the source first", modes=FALLBACK_MODES),
+    Patch("copy_to_cpu", "a copy from the device into a CPU tensor rebinds it to new storage in the "
+                         "source's dtype: views and aliases never see it (measured on the real 0.2.5 "
+                         "binary; #64): the source moved to the CPU first", modes=FALLBACK_MODES),
     Patch("autocast", "inside torch.autocast('privateuseone') every op raises NotImplementedError "
                       "(no AutocastPrivateUse1 kernels; measured on the real 0.2.5 binary, #36): "
                       "the autocast is entered disabled, with a warning"),
