@@ -76,13 +76,8 @@ REALDML_CI_TESTS := $(addprefix tests/test_,$(addsuffix .py,realdml patch_mul pa
     funasr_vad routing_sweep refused observed_silent))
 # Models whose tensors reach 64 KiB and more, with tiled resources off (VKD3D_TILED_RESOURCES=0):
 # lavapipe mis-reads typed views of 64 KiB+ in DirectML's reserved resources (docs/realdml.md
-# "Stack artifacts"). The model tests that match the CPU there; CI runs them too.
-REALDML_MODEL_TESTS := tests/test_funasr_ctc.py 'tests/test_funasr.py::test_shim_matches_cpu[paraformer]' \
-    'tests/test_funasr.py::test_shim_matches_cpu[bicif]' \
-    'tests/test_funasr_families.py::test_shim_matches_cpu[paraformer-streaming]' \
-    tests/test_funasr_families.py::test_campplus_embedding_needs_the_pooling_fix \
-    tests/test_funasr_families.py::test_emotion2vec_needs_no_fix \
-    tests/test_gfpgan_families.py::test_restoreformer_matches_cpu
+# "Stack artifacts"). Every FunASR and GFPGAN-family model test; CI runs them too.
+REALDML_MODEL_TESTS := $(addprefix tests/test_,$(addsuffix .py,funasr funasr_ctc funasr_families gfpgan_families))
 REALDML_UNTILED := $(REALDML_RUN) env VKD3D_TILED_RESOURCES=0
 LANE_2.4.1      := .venv-torch2.4.1
 
@@ -114,11 +109,8 @@ test-realdml-ci:
 test-realdml-models: realdml
 	$(REALDML_UNTILED) DMLSHIM_TEST_DEVICE=directml $(REALDML_PY) -m pytest -q $(REALDML_MODEL_TESTS)
 
-# make demo on the real binary. The ASR half's text differs from the CPU's by a few tokens
-# today: SeACo's hotword LSTM goes through pad_packed_sequence, whose in-place copies into a
-# view of a view are lost on the real binary (docs/realdml.md "Open on the real binary";
-# without --hotword it matches the CPU). CI runs the VAD half (real weights) and the ASR half
-# without hotwords (demo-realdml-asr), which match.
+# make demo on the real binary: FSMN-VAD (real weights), then SeACo-Paraformer transcriptions
+# without and with hotwords, each against the CPU (tiled resources off, as test-realdml-models).
 demo-realdml: demo-realdml-vad demo-realdml-asr
 	$(REALDML_UNTILED) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
 
