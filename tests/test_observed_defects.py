@@ -311,3 +311,26 @@ def test_tables_follow_pytorch(assert_same, assert_parity):
         got = _resample.resample(ramp, -1, table).view(-1)
         want = torch.ops.aten.upsample_bilinear2d(ramp, [1, 28], align_corners, None, scale).view(-1)
         assert_parity(got, want, profile="device")           # CPU tables, other kernels
+
+
+def test_scatter_family_in_place_and_functional_with_the_shim(dml_device, shim_off, assert_same):
+    """gather/scatter/scatter_add, functional and in place, dims 1 and -1 (#43), into a view
+    too: the CPU's values.  On the real binary a Python kernel at scatter_add_'s BackendSelect
+    key made DirectML's in-place scatter_add_ leave ``self`` zero; the gather patch computes it
+    as scatter_add + copy_."""
+    def cases(d):
+        index, ones = torch.tensor([[0, 1], [1, 0]]).to(d), torch.ones(2, 2).to(d)
+        out = []
+        for dim in (1, -1):
+            z = torch.zeros(2, 3).to(d)
+            z.scatter_add_(dim, index, ones)
+            s = torch.zeros(2, 3).to(d)
+            s.scatter_(dim, index, ones * 3)
+            out += [z, s, torch.zeros(2, 3).to(d).scatter_add(dim, index, ones),
+                    torch.arange(6.0).view(2, 3).to(d).gather(dim, index)]
+        base = torch.zeros(2, 3).to(d)
+        base[:, 1:].scatter_add_(1, index, ones)
+        return out + [base]
+    dmlshim.activate(fallback="known")
+    for got, want in zip(cases(dml_device), cases(CPU)):
+        assert_same(got, want)
