@@ -27,7 +27,7 @@ RULES = {
     # older builds' rule (unconfirmed_rules): the real 0.2.5 binary takes CPU indices
     "cpu_index": lambda r: r.op == rules.CPU_INDEX_OPS,
     "float64": lambda r: r.op is rules._is_float64_math or r.op == "rsub.Scalar",
-    "broadcast_copy": lambda r: r.op == "copy_",
+    "broadcast_copy": lambda r: r.op == "copy_" and r.when is rules._broadcast_copy,
     "autocast": lambda r: r.when is rules._in_device_autocast,
 }
 
