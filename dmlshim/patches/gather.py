@@ -34,7 +34,8 @@ def _dim_from_zero(op, keyset, args, kwargs):
     rank = max(self.dim(), 1)
     if dim < -rank:
         return _select.on_cpu(op, args, kwargs)     # torch's "Dimension out of range"
-    return (self, dim + rank, *args[2:]), kwargs
+    # on through the rest of the chain: refused's CPU retry of a partial scatter
+    return Done(_select.pass_on(op, keyset, (self, dim + rank, *args[2:]), kwargs, after=_dim_from_zero))
 
 
 def _scatter_add_in_place(op, keyset, args, kwargs):
