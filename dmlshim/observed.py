@@ -237,8 +237,8 @@ OBSERVED: Tuple[Defect, ...] = (
            "Tensor.repeat with more than 4 dimensions: 'the dimesion of at::Tensor must be 4 "
            "or lower, but got 5'", _probe(_repeat_5d), ("repeat",)),
     Defect("offset_views", "#62", "the real 0.2.5 binary (no public report)",
-           "a view of a view with an offset (x[1:].t(), x[1:][0:2], x[2][0:4]) and split's chunks "
-           "are copies: writes through them are lost (silent)", _probe(_offset_views),
+           "a view of a view with an offset (`x[1:].t()`, `x[1:][0:2]`, `x[2][0:4]`) and split's "
+           "chunks are copies: writes through them are lost (silent)", _probe(_offset_views),
            ("offset_views",)),
     # static: probing it would abort the process
     Defect("prelu_channels", "#29", "microsoft/DirectML#271, #445; the real 0.2.5 binary",
