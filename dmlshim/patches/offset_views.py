@@ -70,13 +70,13 @@ def _meta_geometry(op, args, kwargs):
     return [(o.shape, o.stride(), o.storage_offset()) for o in outs]
 
 
-def _as_strided_geometry(args, kwargs):
-    self, size, stride = args[0], args[1], args[2]
+def _as_strided_delta(args, kwargs) -> int:
+    """as_strided's offset relative to ``self``: torch's composites pass
+    ``self.storage_offset() + delta`` (0 + delta on DirectML, the true offset on the emulator,
+    whose storage_offset() is right)."""
+    self = args[0]
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
-    # relative to self: torch's composites pass self.storage_offset() + delta (0 + delta on
-    # DirectML, the true offset on the emulator, whose storage_offset() is right)
-    delta = 0 if offset is None else int(offset) - self.storage_offset()
-    return [(size, stride, delta)]
+    return 0 if offset is None else int(offset) - self.storage_offset()
 
 
 def _rebuilt(op, keyset, args, kwargs):
@@ -84,20 +84,22 @@ def _rebuilt(op, keyset, args, kwargs):
     self = args[0]
     anchor, base = anchor_of(self)
     if op is _AS_STRIDED:
-        geometry = _as_strided_geometry(args, kwargs)
-        if not base and not geometry[0][2]:
-            return None                              # the hot path: a view of a root
+        delta = _as_strided_delta(args, kwargs)
+        if not base:
+            if not delta:
+                return None                          # the hot path: a view of a root
+            # DirectML's view aliases (an offset of its own): remembered for views of it
+            result = _select.pass_on(op, keyset, args, kwargs, after=_rebuilt)
+            _remember((result,), self, (delta,))
+            return Done(result, record=False)
+        geometry = [(args[1], args[2], delta)]
     elif base or op in _SPLITS:
         geometry = _meta_geometry(op, args, kwargs)
+        if geometry is None:
+            return None
     else:
         return None                                  # offset 0: DirectML's view aliases
-    if geometry is None:
-        return None
     offsets = [base + delta for _, _, delta in geometry]
-    if op is _AS_STRIDED and not base:
-        result = _select.pass_on(op, keyset, args, kwargs, after=_rebuilt)
-        _remember((result,), self, offsets)
-        return Done(result, record=False)
     start = time.perf_counter()
     views = [_view_of(anchor, keyset, size, stride, offset)
              for (size, stride, _), offset in zip(geometry, offsets)]
