@@ -88,18 +88,26 @@ def _device_in(obj: Any, target: Optional[str]) -> Optional[torch.device]:
     return None
 
 
-def _resize(t: torch.Tensor, shape) -> None:
-    """``t.resize_(shape)``; where the device refuses it, ``t`` takes a new tensor of that
-    shape (``.data``: the same Python object, as ``out=`` needs).  The real torch-directml
-    0.2.5 refuses to grow an empty tensor: "The size of tensor a (0) must match the size of
-    tensor b (3)" (measured on the real binary, docs/realdml.md)."""
-    try:
-        t.resize_(shape)
-    except RuntimeError:
-        if t.numel():
-            raise
-        with torch.inference_mode(t.is_inference()):          # .data takes the same kind
-            t.data = torch.empty(shape, dtype=t.dtype, device=t.device)
+def _resize(t: torch.Tensor, shape, stride=None) -> None:
+    """``t.resize_(shape)``, or ``t`` given ``shape`` and ``stride``; where the device refuses
+    it, ``t`` takes a new tensor of that geometry (``.data``: the same Python object, as
+    ``out=`` needs).  The real torch-directml 0.2.5 refuses to grow a tensor: "The size of
+    tensor a (0) must match the size of tensor b (3)" (measured on the real binary,
+    docs/realdml.md)."""
+    if stride is None:
+        try:
+            t.resize_(shape)
+            return
+        except RuntimeError:
+            if t.is_cpu:
+                raise
+    elif t.is_cpu:
+        t.resize_(shape).as_strided_(shape, stride)
+        return
+    with torch.inference_mode(t.is_inference()):              # .data takes the same kind
+        t.data = (torch.empty(shape, dtype=t.dtype, device=t.device) if stride is None else
+                  torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device))
+    vars(t).pop("_dmlshim_anchor", None)      # no longer a view (patches/offset_views)
 
 
 def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op: str = "",
@@ -151,7 +159,7 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
         for orig, cpu, version in copies.values():
             if cpu._version != version:        # mutated in place or as out=
                 if orig.shape != cpu.shape:
-                    _resize(orig, cpu.shape)
+                    _resize(orig, cpu.shape, cpu.stride())
                 orig.copy_(cpu)
                 h2d += trace.nbytes(cpu)
                 written[id(cpu)] = orig

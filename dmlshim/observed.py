@@ -112,6 +112,18 @@ def _copy_to_cpu(device):
     return out, ints
 
 
+def _out_resize(device):
+    """`torch.mul` of a 2x3 ramp into an empty `out=`, and whether a float times a bool into a
+    bool `out=` is refused (the CPU: a 2x3 result, and "result type Float can't be cast")."""
+    x = torch.arange(6.0).view(2, 3).to(device)
+    out = torch.mul(x, 2, out=torch.empty(0, device=device))
+    try:
+        torch.mul(x, x > 2, out=torch.empty(2, 3, dtype=torch.bool, device=device))
+    except RuntimeError:
+        return out, torch.tensor(True)
+    return out, torch.tensor(False)
+
+
 def _combinations(device):
     """`torch.combinations` of a 3-value ramp, r = 2."""
     return torch.combinations(torch.arange(3.0).to(device), 2)
@@ -288,6 +300,11 @@ OBSERVED: Tuple[Defect, ...] = (
            "copy_ from the device into a CPU tensor gives it new storage in the source's dtype: "
            "a CPU view or slice written so, and every alias, keeps its values (silent)",
            _probe(_copy_to_cpu), ("copy_to_cpu",)),
+    Defect("out_resize", "#65", _REFUSED,
+           "an out= tensor of the wrong size is not resized: an empty one stays empty, another "
+           "stays as it was (silent), is refused, or the process aborts (mm, cat, sort, fft ...); "
+           "an out= dtype the result cannot be cast to is not refused", _probe(_out_resize),
+           ("out_resize",)),
     Defect("combinations", "none", _REFUSED,
            "torch.combinations: 'The size of tensor a (n) must match the size of tensor b (0)', "
            "CreateOperator for one element (its C++ composite only)", _probe(_combinations),

@@ -84,7 +84,7 @@ class _OpPolicy:
     def __init__(self, info):
         self.generation = _generation
         self.route, self.reported = _effective_route(info.name)
-        self.rules = tuple(r for r in config.rules
+        self.rules = tuple(r.bind(r, info.op) if r.bind else r for r in config.rules
                            if r.matches_op(info.op, info.name, info.metadata))
         self.counts = _records.setdefault(info.name, [0, 0, 0, 0, 0])
         # A GPU-like kernel replacing the CPU's (numerics="gpu"), or None.

@@ -13,9 +13,11 @@ Users describe failures we have not met yet with their own rules::
 Every default cites its row of ``failure_modes.md``; the table of defaults and what
 is deliberately not a rule: docs/emulation.md ("DirectML's quirks are rules")."""
 import dataclasses
+import warnings
 from typing import Callable, Optional, Tuple, Union
 
 import torch
+from torch.utils._pytree import tree_map
 
 from . import _backend, opaque, routing, rules_refused
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
@@ -57,6 +59,8 @@ class Rule:
         replace: instead of raising, return ``replace(*args, **kwargs)``:
             a silently wrong result, as DirectML gives for float x bool (#17).
         source: where the failure is documented (issue, failure_modes.md row).
+        bind: optional ``bind(rule, op) -> Rule``, called once per op the rule watches,
+            for a rule whose ``when`` or ``replace`` needs the op itself (#65, ``out=``).
     """
 
     op: OpSelector
@@ -65,6 +69,7 @@ class Rule:
     message: Union[str, Callable[..., str]] = "The parameter is incorrect."
     replace: Optional[Callable[..., object]] = None
     source: str = ""
+    bind: Optional[Callable[["Rule", torch._ops.OpOverload], "Rule"]] = None
 
     def __post_init__(self):
         if not (isinstance(self.op, (str, tuple)) or callable(self.op)):
@@ -600,6 +605,38 @@ def _source_unlike_index(self, dim, index, src=None, *_, **__):
 SCATTER_SOURCE = "DirectML scatter doesn't allow for index and source to have different dimensions."
 
 
+def _out_overload(op):
+    return any(a.is_out for a in op._schema.arguments)
+
+
+def _on_meta(x):
+    return (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            if isinstance(x, Tensor) else x)
+
+
+def _unresized_outs(rule, op):
+    """``rule`` for one ``out=`` overload: an ``out`` whose shape is not the result's (the
+    meta device's) is left as it is, unwritten, where the CPU resizes it."""
+    names = [a.name for a in op._schema.arguments if a.is_out]
+
+    def outs(kwargs):
+        return tuple(kwargs[n] for n in names)
+
+    def misfit(*args, **kwargs):
+        meta_kwargs = tree_map(_on_meta, kwargs)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")           # the CPU's "was resized" warning
+                op(*tree_map(_on_meta, args), **meta_kwargs)
+        except Exception:
+            return False
+        return any(o.shape != m.shape for o, m in zip(outs(kwargs), outs(meta_kwargs)))
+
+    def unchanged(*_, **kwargs):
+        return outs(kwargs)[0] if len(names) == 1 else outs(kwargs)
+    return dataclasses.replace(rule, when=misfit, replace=unchanged, bind=None)
+
+
 def observed_rules():
     """What the real torch-directml 0.2.5 binary gets wrong and no other rule models
     (``dmlshim.observed``; part of :func:`default_rules`)."""
@@ -634,6 +671,10 @@ def observed_rules():
         Rule("copy_", when=_into_cpu, replace=_rebound,
              source=source.format("#64", ": copy_ into a CPU tensor rebinds it to new storage "
                                          "in the source's dtype")),
+        Rule(_out_overload, bind=_unresized_outs,
+             source=source.format("#65", ": an out= of the wrong size is not resized: left as "
+                                         "it is (silent; the real binary also refuses some, "
+                                         "and some abort)")),
         Rule("constant_pad_nd", when=_nothing_to_pad, replace=_never_written,
              source=source.format("#63", ": F.pad with every pad 0 returns a tensor it never "
                                          "wrote (zeros or stale values)")),

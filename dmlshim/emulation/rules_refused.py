@@ -148,7 +148,7 @@ def _dml_adaptive_pool(self, output_size):
     return _backend.run_on_cpu(torch.ops.aten._adaptive_avg_pool2d.default, (self, output_size), {}, kernel=pool)
 
 
-def _input_broadcasts(self, mask):
+def _input_broadcasts(self, mask, *_, **__):
     return torch.broadcast_shapes(self.shape, mask.shape) != self.shape
 
 

@@ -70,6 +70,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("copy_to_cpu", "a copy from the device into a CPU tensor rebinds it to new storage in the "
                          "source's dtype: views and aliases never see it (measured on the real 0.2.5 "
                          "binary; #64): the source moved to the CPU first", modes=FALLBACK_MODES),
+    Patch("out_resize", "an out= tensor of the wrong size is neither resized nor checked (measured on "
+                        "the real 0.2.5 binary; #65): its sizes, strides and checks from the meta "
+                        "device, at every torch function that takes out=", modes=FALLBACK_MODES),
     Patch("autocast", "inside torch.autocast('privateuseone') every op raises NotImplementedError "
                       "(no AutocastPrivateUse1 kernels; measured on the real 0.2.5 binary, #36): "
                       "the autocast is entered disabled, with a warning"),

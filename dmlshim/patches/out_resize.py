@@ -1,0 +1,117 @@
+"""An ``out=`` tensor of the wrong size is neither resized nor checked on DirectML.
+
+The CPU resizes an ``out=`` tensor of another shape to the result's (``resize_output``:
+an empty one silently, another with a warning), with the strides its kernel chose, and
+refuses an ``out=`` dtype the result cannot be cast to.  torch-directml 0.2.5's ``out=``
+kernels do neither (the real binary, failure_modes.md #65; no public report): with
+OpInfo's first float32 sample of each of 323 ops that take ``out=``, an empty ``out``
+stays empty in 212 (silent), a non-empty one of the wrong size stays as it was in 166
+(silent) or is refused ("The size of tensor a (4) must match ..."), and 42 ops (``mm``,
+``bmm``, ``cat``, ``sort``, ``topk``, ``index_select``, the ``fft`` family ...) abort the
+process; ``torch.mul(float, bool, out=bool)`` writes a bool.
+
+The fix wraps every function of ``torch``, ``torch.linalg``, ``torch.special`` and
+``torch.fft`` that has an ``out=`` overload.  A call whose ``out=`` holds a device tensor
+runs first on the meta device with ``out``'s geometry, which resizes and checks as the
+CPU does (its warning, its errors); each device ``out`` whose sizes or strides differ
+takes the meta's; then the call runs on the device.  Where the meta device cannot run it
+(no meta kernel, a data-dependent shape), the call runs on the CPU and its outs are grown
+and copied back (``fallback.run_on_cpu``).  Python entry points only: an ``out=`` overload
+called from C++ or through ``torch.ops.aten`` is not covered.  Docs: docs/defects.md.
+"""
+from __future__ import annotations
+
+from typing import Iterable, List
+
+import torch
+from torch.utils._pytree import tree_map
+
+from .. import fallback
+from ._wrap import Context, PatchSet
+
+_patches = PatchSet(__name__)
+# namespace -> the prefix of its functions' aten names (torch.linalg.inv is aten::linalg_inv)
+NAMESPACES = {torch: "", torch.linalg: "linalg_", torch.special: "special_", torch.fft: "fft_"}
+
+
+def has_out(packet) -> bool:
+    """Whether an aten op packet has an overload with ``out=`` arguments."""
+    return any(a.is_out for name in packet.overloads()
+               for a in getattr(packet, name)._schema.arguments)
+
+
+def functions() -> List[tuple]:
+    """``(namespace, name)`` of every public function of :data:`NAMESPACES` whose aten op has
+    an ``out=`` overload (a function that takes no ``out=`` keyword refuses it as before)."""
+    found = []
+    for namespace, prefix in NAMESPACES.items():
+        for name in dir(namespace):
+            packet = getattr(torch.ops.aten, prefix + name, None)
+            if (not name.startswith("_") and callable(getattr(namespace, name))
+                    and isinstance(packet, torch._ops.OpOverloadPacket) and has_out(packet)):
+                found.append((namespace, name))
+    return found
+
+
+def _outs(out) -> Iterable[torch.Tensor]:
+    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
+
+
+def _on_meta(x):
+    if not isinstance(x, torch.Tensor):
+        return x
+    meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return meta.requires_grad_() if x.requires_grad else meta
+
+
+def _sized(func, args, kwargs):
+    """The CPU's sizes, strides and checks for the device outs, then the call on the device."""
+    meta_args, meta_kwargs = tree_map(_on_meta, args), tree_map(_on_meta, kwargs)
+    if "device" in kwargs:                              # a factory: torch.arange(5, out=o)
+        meta_kwargs["device"] = "meta"
+    try:
+        func(*meta_args, **meta_kwargs)
+    except Exception:       # no meta kernel, a data-dependent shape, or an error: the CPU decides
+        return "cpu", fallback.run_on_cpu(func, args, kwargs)
+    outs, metas = _outs(kwargs["out"]), _outs(meta_kwargs.pop("out"))
+    misfits = [(out, meta) for out, meta in zip(outs, metas)
+               if out.shape != meta.shape or out.stride() != meta.stride()]
+    if not misfits:
+        return "pass", func(*args, **kwargs)
+    for out, meta in misfits:
+        fallback._resize(out, meta.shape, _cpu_strides(func, meta_args, meta_kwargs, meta, len(outs)))
+    return "resized", func(*args, **kwargs)
+
+
+def _cpu_strides(func, meta_args, meta_kwargs, meta, n_outs: int) -> tuple:
+    """The strides the CPU gives a resized ``out``.  Its element-wise kernels (TensorIterator)
+    give the inputs' layout, as their result without ``out=`` has; the meta device's ``out=``
+    kernels give contiguous strides there (torch 2.4.1 and 2.13, measured)."""
+    if n_outs == 1:
+        try:
+            result = func(*meta_args, **meta_kwargs)
+        except Exception:
+            return meta.stride()
+        if isinstance(result, torch.Tensor) and result.shape == meta.shape:
+            return result.stride()
+    return meta.stride()
+
+
+def install(ctx: Context) -> None:
+    target = ctx.target
+
+    def on_device(t) -> bool:
+        return isinstance(t, torch.Tensor) and not t.is_cpu and t.device.type == target
+
+    def device_out(instance, args, kwargs) -> bool:
+        out = kwargs.get("out")
+        if out is None:
+            return False
+        return on_device(out) or (isinstance(out, (tuple, list)) and any(map(on_device, out)))
+
+    for namespace, name in functions():
+        _patches.intercept(ctx, namespace, name, _sized, select=device_out)
+
+
+def uninstall() -> None:
+    _patches.restore()
