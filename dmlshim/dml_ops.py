@@ -16,6 +16,7 @@ import torch
 
 REGISTERED_FILE = "dml_registered_ops.txt"
 ROUTING_FILE = "dml_op_routing_torch241.tsv"
+OUT_UNRESIZED_FILE = "dml_out_unresized_torch241.txt"
 
 # Views whose schema does not say so: _unsafe_view's CPU kernel is view's, but it has no
 # alias annotation (torchgen's NOTE [Unsafe View]: autograd does not track it as a view).
@@ -31,6 +32,13 @@ def data_lines(file: str) -> Iterator[str]:
     ``#`` comment lines left out."""
     text = resources.files(__package__).joinpath("data").joinpath(file).read_text("utf-8")
     return (line for line in text.splitlines() if line and not line.startswith("#"))
+
+
+@functools.lru_cache(maxsize=None)
+def out_unresized() -> FrozenSet[str]:
+    """The aten ops whose ``out=`` kernel does not resize an ``out=`` of the wrong size on the
+    real 0.2.5 binary: ``"mul"``, ``"mm"`` ... (failure_modes.md #65; benchmarks/out_sweep.py)."""
+    return frozenset(line.strip() for line in data_lines(OUT_UNRESIZED_FILE))
 
 
 @functools.lru_cache(maxsize=None)

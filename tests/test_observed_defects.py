@@ -4,12 +4,14 @@ Bilinear and non-integer nearest upsampling give wrong values (failure_modes.md 
 ``nn.PReLU(C)`` on a 4-D input aborts the process (#29); ``Tensor.repeat`` with more than 4
 dimensions is refused (#61); views of offset views and split's chunks are copies (#62);
 ``F.pad`` with nothing to pad returns a tensor never written (#63); a copy from the device into
-a CPU tensor rebinds it (#64).
+a CPU tensor rebinds it (#64); an ``out=`` of the wrong size is neither resized nor checked (#65).
 On the emulator: with the default
 rules each defect shows without dmlshim and the result is within the device profile with
 it; with a rule off its probe passes and its fix stays off.  The tests without the marker
 run on the real device too (``DMLSHIM_TEST_DEVICE=directml``).
 """
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -129,9 +131,33 @@ def _copy_to_cpu(device):
     return alias, rows, ints, cols, tokens
 
 
+def _out_resize(device):
+    """``out=`` tensors of the wrong size: empty and too large for an element-wise op of a
+    permuted input (the CPU gives its layout), a reduction, mm, cat, a (values, indices) pair,
+    a factory; and whether a float times a bool into a bool ``out=`` is refused."""
+    x = _image(3, 4, 2).permute(2, 0, 1).to(device)
+    wide = torch.empty(40, device=device)
+    outs = [torch.empty(0, device=device) for _ in range(5)]
+    values, indices = torch.empty(0, device=device), torch.empty(7, dtype=torch.int64, device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                       # "An output ... was resized"
+        results = [torch.mul(x, 2, out=outs[0]), torch.exp(x, out=wide), torch.sum(x, 1, out=outs[1]),
+                   torch.mm(x[0], x[1].t(), out=outs[2]), torch.cat([x, x], 1, out=outs[3]),
+                   torch.arange(5.0, out=outs[4])]
+        torch.sort(x, 1, out=(values, indices))
+    try:
+        torch.mul(x, x > 0, out=torch.empty(2, 3, 4, dtype=torch.bool, device=device))
+        refused = False
+    except RuntimeError:
+        refused = True
+    assert all(r is o for r, o in zip(results, [outs[0], wide, *outs[1:]]))
+    return (*outs, wide, values, indices, torch.tensor([o.stride() for o in (outs[0], wide)]),
+            torch.tensor(refused))
+
+
 REPROS = {"upsample_bilinear": _gfpgan_bilinear, "upsample_nearest": _nearest_17,
           "prelu_channels": _prelu_channels, "repeat_5d": _repeat_5d, "offset_views": _offset_views,
-          "pad_zero": _pad_zero, "copy_to_cpu": _copy_to_cpu}
+          "pad_zero": _pad_zero, "copy_to_cpu": _copy_to_cpu, "out_resize": _out_resize}
 # defect -> the default rules that produce it
 RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
          "upsample_nearest": lambda r: r.op in ("upsample_nearest2d", "upsample_nearest2d_backward"),
@@ -139,7 +165,8 @@ RULES = {"upsample_bilinear": lambda r: r.op in ("upsample_bilinear2d", "upsampl
          "repeat_5d": lambda r: r.op == "repeat",
          "offset_views": lambda r: r.source.startswith("failure_modes.md #62;"),
          "pad_zero": lambda r: r.source.startswith("failure_modes.md #63;"),
-         "copy_to_cpu": lambda r: r.source.startswith("failure_modes.md #64;")}
+         "copy_to_cpu": lambda r: r.source.startswith("failure_modes.md #64;"),
+         "out_resize": lambda r: r.source.startswith("failure_modes.md #65;")}
 
 
 # ------------------------------------------------------------ on any device, with the shim
@@ -162,12 +189,12 @@ def test_probes_pass_on_the_cpu():
 @pytest.mark.emulated_only(
     reason="turns the defect's emulator rule on alone (emulation.configure)")
 @pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "offset_views", "pad_zero",
-                                  "copy_to_cpu"])
+                                  "copy_to_cpu", "out_resize"])
 def test_rule_on_detected_differs_raw_fixed_with_the_shim(dml_device, shim_off, name, assert_parity,
                                                           assert_differs):
     emulation.configure(rules=[r for r in rules.default_rules() if RULES[name](r)])
     verdict = DEFECTS[name].probe(dml_device)
-    assert verdict.broken and verdict.figure.startswith("max |Δ|")
+    assert verdict.broken and verdict.figure.startswith(("max |Δ|", "shape"))
     assert_differs(REPROS[name](dml_device), REPROS[name](CPU))         # the defect shows
     dmlshim.activate(fallback="known")
     assert [d for d, s in probing.last().status.items() if s == probing.DETECTED] == [name]
@@ -206,7 +233,7 @@ def test_repeat_over_four_dims_raises_raw_and_is_fixed(dml_device, shim_off, ass
 
 @pytest.mark.emulated_only(reason="turns the defect's emulator rule off (emulation.configure)")
 @pytest.mark.parametrize("name", ["upsample_bilinear", "upsample_nearest", "repeat_5d",
-                                  "offset_views", "pad_zero", "copy_to_cpu"])
+                                  "offset_views", "pad_zero", "copy_to_cpu", "out_resize"])
 def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
     dmlshim.activate(fallback="known")

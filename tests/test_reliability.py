@@ -100,7 +100,7 @@ ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto
                "gfpgan", "funasr", "offset_views", "inference_mode", "pad", "gather", "losses", "load",
                "upsample_bilinear", "pad_zero", "copy_to_cpu",
                "upsample_nearest", "prelu", "broadcast_copy", "autocast", "legacy_new", "repeat",
-               "unique",                                          # unique: #47, on by default
+               "unique", "out_resize",                            # unique: #47, on by default
                "refused", "fallback_out", "max_pool_ceil", "adaptive_pool", "masked_select",
                "pad_negative", "combinations", "int_broadcast", "bool_minmax",
                "var_correction", "dropout_backward", "int_addmm",

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_map
 
 from . import _backend, opaque, routing, rules_refused
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
-from ..dml_ops import aten_op, view_kernels
+from ..dml_ops import aten_op, out_unresized, view_kernels
 # the upsample fixes' resampling, run here with DirectML's source tables; the broadcast
 # copy fix's measured cases, which the emulator gets wrong as the real binary does
 from ..patches import _resample, broadcast_copy
@@ -605,8 +605,15 @@ def _source_unlike_index(self, dim, index, src=None, *_, **__):
 SCATTER_SOURCE = "DirectML scatter doesn't allow for index and source to have different dimensions."
 
 
-def _out_overload(op):
-    return any(a.is_out for a in op._schema.arguments)
+def _unresized_out_overload(op):
+    """An ``out=`` overload of an op the real binary does not resize (dml_ops.out_unresized),
+    but not one torch's composites call with an empty ``out``: where the op is a composite on
+    torch 2.4.1 (``abs``: ``abs_out`` of an empty tensor), the real binary's C++ kernel
+    returns a new tensor the composite uses, which a Python kernel cannot (C++ callers of an
+    ``out=`` overload get its ``out`` argument back): not modelled."""
+    name = op._schema.name.partition("::")[2]
+    return (name in out_unresized() and any(a.is_out for a in op._schema.arguments)
+            and routing.route(name) not in (routing.COMPOSITE_EXPLICIT, routing.COMPOSITE_IMPLICIT))
 
 
 def _on_meta(x):
@@ -615,8 +622,9 @@ def _on_meta(x):
 
 
 def _unresized_outs(rule, op):
-    """``rule`` for one ``out=`` overload: an ``out`` whose shape is not the result's (the
-    meta device's) is left as it is, unwritten, where the CPU resizes it."""
+    """``rule`` for one ``out=`` overload: when an ``out`` is not of the result's shape (the
+    meta device's), DirectML computes into new tensors and returns them, ``out`` left as it
+    is (torch's composites, which use the result, are right; ``out=`` callers are not)."""
     names = [a.name for a in op._schema.arguments if a.is_out]
 
     def outs(kwargs):
@@ -632,9 +640,10 @@ def _unresized_outs(rule, op):
             return False
         return any(o.shape != m.shape for o, m in zip(outs(kwargs), outs(meta_kwargs)))
 
-    def unchanged(*_, **kwargs):
-        return outs(kwargs)[0] if len(names) == 1 else outs(kwargs)
-    return dataclasses.replace(rule, when=misfit, replace=unchanged, bind=None)
+    def into_new_tensors(*args, **kwargs):
+        fresh = {n: torch.empty(0, dtype=kwargs[n].dtype, device=kwargs[n].device) for n in names}
+        return _backend.run_on_cpu(op, args, {**kwargs, **fresh})
+    return dataclasses.replace(rule, when=misfit, replace=into_new_tensors, bind=None)
 
 
 def observed_rules():
@@ -671,10 +680,10 @@ def observed_rules():
         Rule("copy_", when=_into_cpu, replace=_rebound,
              source=source.format("#64", ": copy_ into a CPU tensor rebinds it to new storage "
                                          "in the source's dtype")),
-        Rule(_out_overload, bind=_unresized_outs,
-             source=source.format("#65", ": an out= of the wrong size is not resized: left as "
-                                         "it is (silent; the real binary also refuses some, "
-                                         "and some abort)")),
+        Rule(_unresized_out_overload, bind=_unresized_outs,
+             source=source.format("#65", ": an out= of the wrong size is not resized: the "
+                                         "result is a new tensor, out is left as it is (silent; "
+                                         "the real binary also refuses some, and some abort)")),
         Rule("constant_pad_nd", when=_nothing_to_pad, replace=_never_written,
              source=source.format("#63", ": F.pad with every pad 0 returns a tensor it never "
                                          "wrote (zeros or stale values)")),
