@@ -1,7 +1,7 @@
 """The ``out=`` sweep: what the real binary does with an ``out=`` tensor of the wrong size.
 
-For every OpInfo that supports ``out=`` (float32, its first sample whose results are
-non-empty tensors), the op runs on the device twice: into empty ``out`` tensors, and into
+For every OpInfo that supports ``out=`` (float32, its first sample, where its results are
+non-empty tensors of a dtype DirectML holds: not complex), the op runs on the device twice: into empty ``out`` tensors, and into
 non-empty ones of the wrong size (``numel + 3`` elements).  Each run gets a verdict:
 ``right`` (the CPU's shape and values), ``unresized`` (no error; ``out`` kept its shape),
 ``refused`` ("The size of tensor a ... must match": the kernel saw the wrong size),
@@ -36,6 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OPS_FILE = ROOT / "dmlshim" / "data" / "dml_out_unresized_torch241.txt"
 DEFECTIVE = ("unresized", "refused", "abort")
+# results DirectML cannot hold: a device tensor of these dtypes aborts the process
+# (failure_modes.md #8, #9; dmlshim.islands), whatever out= does
+NEVER_HELD = {"torch.complex64", "torch.complex128", "torch.complex32", "torch.bfloat16"}
 
 
 def _verdict(outs, expected) -> str:
@@ -93,7 +96,8 @@ def child(progress: Path, shim: bool) -> None:
         except Exception:                                       # noqa: BLE001 - no CPU answer
             continue
         expected = result if isinstance(result, tuple) else (result,)
-        if not all(isinstance(t, torch.Tensor) and t.numel() for t in expected):
+        if not all(isinstance(t, torch.Tensor) and t.numel() and str(t.dtype) not in NEVER_HELD
+                   for t in expected):
             continue
         row = {"op": key, "aten": info.aten_name, "empty": "abort", "wrong": "abort"}
         with progress.open("a") as f:                           # an abort leaves this line

@@ -97,12 +97,19 @@ def test_tensor_methods_and_operators(shim, assert_parity):
 @pytest.mark.emulated_only(
     reason="injects failing emulation.Rules for aten::cat and mul, which the real binary computes")
 def test_entry_points_shared_with_core_patches(shim, assert_parity):
-    """torch.cat and Tensor.__mul__ are intercepted by the cat and mul patches; auto's
-    retry runs inside those wrappers (no second layer) and still retries and remembers
-    failures, on the core fast path (float x float) and after its handler (float x bool)."""
+    """torch.cat and Tensor.__mul__ are intercepted by the cat and mul patches (torch.cat by
+    out_resize too); auto's retry runs inside those wrappers (no layer of its own) and still
+    retries and remembers failures, on the core fast path (float x float) and after its
+    handler (float x bool)."""
     dev = shim("auto")
     for attr, owner in (("cat", torch), ("__mul__", torch.Tensor)):
-        assert vars(owner)[attr].__wrapped__ is dmlshim.patches.original(owner, attr)
+        layers, layer = [], vars(owner)[attr]
+        while layer is not dmlshim.patches.original(owner, attr):
+            layers.append(layer)
+            layer = layer.__wrapped__
+        assert vars(owner)[attr].__dmlshim_guarded__         # an intercept runs auto's guard
+        assert not [w for w in layers if getattr(getattr(w, "__code__", None), "co_filename", "")
+                    .endswith("auto.py")]                    # and auto has no layer of its own
     a, b, m = torch.rand(3, 4), torch.rand(2, 4), torch.rand(3, 4) > 0.5
     rules = [emulation.Rule("cat", source="invented"), emulation.Rule("mul", source="invented")]
     with emulation.configured(rules=rules), warnings.catch_warnings():

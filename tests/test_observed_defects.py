@@ -291,14 +291,9 @@ def test_prelu_of_an_empty_input_with_the_shim(dml_device, shim_off, shape, weig
 
 
 @pytest.mark.parametrize("overload", ["out", "empty out", "channels_last", "uint8", "float16"])
-def test_upsample_fix_forms(request, dml_device, shim_off, overload, assert_parity, assert_same):
-    """``out=`` (of the result's size, and empty: resized), a channels-last input, uint8
-    images (nearest) and float16 (bilinear)."""
-    if overload == "empty out" and not emulation.is_installed():
-        # the open row of docs/realdml.md: the real 0.2.5 binary cannot grow an empty
-        # tensor (resize_ leaves it empty or raises), which the fix's out= needs
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the real binary does not "
-                                              "resize an empty out= (docs/realdml.md)"))
+def test_upsample_fix_forms(dml_device, shim_off, overload, assert_parity, assert_same):
+    """``out=`` (of the result's size, and empty: grown, which the real binary does not do in
+    place), a channels-last input, uint8 images (nearest) and float16 (bilinear)."""
     dmlshim.activate(fallback="known")
     x = _image(1, 3, 17, 23)
     aten = torch.ops.aten

@@ -13,11 +13,9 @@ Users describe failures we have not met yet with their own rules::
 Every default cites its row of ``failure_modes.md``; the table of defaults and what
 is deliberately not a rule: docs/emulation.md ("DirectML's quirks are rules")."""
 import dataclasses
-import warnings
 from typing import Callable, Optional, Tuple, Union
 
 import torch
-from torch.utils._pytree import tree_map
 
 from . import _backend, opaque, routing, rules_refused
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
@@ -616,34 +614,21 @@ def _unresized_out_overload(op):
             and routing.route(name) not in (routing.COMPOSITE_EXPLICIT, routing.COMPOSITE_IMPLICIT))
 
 
-def _on_meta(x):
-    return (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-            if isinstance(x, Tensor) else x)
-
-
 def _unresized_outs(rule, op):
-    """``rule`` for one ``out=`` overload: when an ``out`` is not of the result's shape (the
-    meta device's), DirectML computes into new tensors and returns them, ``out`` left as it
-    is (torch's composites, which use the result, are right; ``out=`` callers are not)."""
+    """``rule`` for one ``out=`` overload: DirectML computes into new tensors; where an
+    ``out`` is not of the result's shape it returns them and leaves ``out`` as it is (torch's
+    composites, which use the result, are right; ``out=`` callers are not).  No meta device:
+    its ``out=`` kernels import ``torch._dynamo`` on torch 2.13, which replaces
+    ``torch.manual_seed``."""
     names = [a.name for a in op._schema.arguments if a.is_out]
-
-    def outs(kwargs):
-        return tuple(kwargs[n] for n in names)
-
-    def misfit(*args, **kwargs):
-        meta_kwargs = tree_map(_on_meta, kwargs)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")           # the CPU's "was resized" warning
-                op(*tree_map(_on_meta, args), **meta_kwargs)
-        except Exception:
-            return False
-        return any(o.shape != m.shape for o, m in zip(outs(kwargs), outs(meta_kwargs)))
 
     def into_new_tensors(*args, **kwargs):
         fresh = {n: torch.empty(0, dtype=kwargs[n].dtype, device=kwargs[n].device) for n in names}
-        return _backend.run_on_cpu(op, args, {**kwargs, **fresh})
-    return dataclasses.replace(rule, when=misfit, replace=into_new_tensors, bind=None)
+        result = _backend.run_on_cpu(op, args, {**kwargs, **fresh})
+        if all(kwargs[n].shape == fresh[n].shape for n in names):
+            return _backend.run_on_cpu(op, args, kwargs)          # the right size: written
+        return result
+    return dataclasses.replace(rule, replace=into_new_tensors, bind=None)
 
 
 def observed_rules():

@@ -70,9 +70,6 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("copy_to_cpu", "a copy from the device into a CPU tensor rebinds it to new storage in the "
                          "source's dtype: views and aliases never see it (measured on the real 0.2.5 "
                          "binary; #64): the source moved to the CPU first", modes=FALLBACK_MODES),
-    Patch("out_resize", "an out= tensor of the wrong size is neither resized nor checked (measured on "
-                        "the real 0.2.5 binary; #65): its sizes, strides and checks from the meta "
-                        "device, at every torch function that takes out=", modes=FALLBACK_MODES),
     Patch("autocast", "inside torch.autocast('privateuseone') every op raises NotImplementedError "
                       "(no AutocastPrivateUse1 kernels; measured on the real 0.2.5 binary, #36): "
                       "the autocast is entered disabled, with a warning"),
@@ -81,6 +78,11 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
                     "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
           modes=FALLBACK_MODES),
+    # after the patches that intercept torch functions (cat, dtypes): outside their wrappers, so
+    # dtypes still finds torch.fft's builtins; before auto, whose wrapper then stays outside it
+    Patch("out_resize", "an out= tensor of the wrong size is neither resized nor checked (measured on "
+                        "the real 0.2.5 binary; #65): its sizes, strides and checks from the meta "
+                        "device, at every torch function that takes out=", modes=FALLBACK_MODES),
     Patch("legacy_new", "Tensor.new(...) refused on PrivateUse1 by torch 2.0 (torch-directml <= 0.2.0; "
                         "failure_modes.md #11, DirectML#400, #415): rebuild each legacy form on the device; "
                         "passes through where torch accepts it (2.4.1)", modes=FALLBACK_MODES),

@@ -16,6 +16,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from .. import fallback
 from . import _select
 from .dispatcher import Done
 
@@ -116,10 +117,13 @@ def _along(weight: torch.Tensor, dim: int, like: torch.Tensor) -> torch.Tensor:
 
 
 def into(out: Optional[torch.Tensor], result: torch.Tensor) -> torch.Tensor:
-    """``result``, written into ``out=`` when given (resized as ATen's out= kernels do)."""
+    """``result``, written into ``out=`` when given (resized as ATen's out= kernels do; the
+    real binary grows no tensor in place: ``fallback._resize``)."""
     if out is None:
         return result
-    return out.resize_(result.shape).copy_(result)
+    if out.shape != result.shape:
+        fallback._resize(out, result.shape)
+    return out.copy_(result)
 
 
 def _arguments(kind, args, backward):

@@ -60,6 +60,15 @@ def _is_bool(x) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype is torch.bool
 
 
+def _refuse_out(a, b, out) -> None:
+    """Raise the CPU's error for an ``out=`` dtype the result cannot be cast to ("result type
+    Float can't be cast to the desired output type Bool"), which DirectML does not raise
+    (failure_modes.md #65): the same call on the meta device."""
+    def meta(t):
+        return torch.empty(t.shape, dtype=t.dtype, device="meta") if isinstance(t, torch.Tensor) else t
+    torch.ops.aten.mul.out(meta(a), meta(b), out=meta(out))
+
+
 def coerce_bool_operands(args, kwargs, inplace: bool):
     """Return ``(args, kwargs)`` with the bool tensor operand cast to the computation
     dtype, or None when nothing needs casting (no bool operand, both bool, or an
@@ -71,6 +80,9 @@ def coerce_bool_operands(args, kwargs, inplace: bool):
     dtype = a.dtype if inplace else torch.result_type(a, b)
     if dtype is torch.bool:
         return None
+    out = kwargs.get("out")
+    if out is not None and not torch.can_cast(dtype, out.dtype):
+        _refuse_out(a, b, out)
     operands = (a.to(dtype), b) if a_bool else (a, b.to(dtype))
     return _replace_operands(args, kwargs, operands)
 

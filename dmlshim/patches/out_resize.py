@@ -21,12 +21,14 @@ called from C++ or through ``torch.ops.aten`` is not covered.  Docs: docs/defect
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterable, List
 
 import torch
 from torch.utils._pytree import tree_map
 
-from .. import fallback
+from .. import fallback, trace
+from . import _select
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -40,15 +42,18 @@ def has_out(packet) -> bool:
                for a in getattr(packet, name)._schema.arguments)
 
 
+@functools.lru_cache(maxsize=None)
 def functions() -> List[tuple]:
     """``(namespace, name)`` of every public function of :data:`NAMESPACES` whose aten op has
     an ``out=`` overload (a function that takes no ``out=`` keyword refuses it as before)."""
     found = []
     for namespace, prefix in NAMESPACES.items():
-        for name in dir(namespace):
-            packet = getattr(torch.ops.aten, prefix + name, None)
-            if (not name.startswith("_") and callable(getattr(namespace, name))
-                    and isinstance(packet, torch._ops.OpOverloadPacket) and has_out(packet)):
+        # vars(), not dir() + getattr(): torch's lazy attributes would import torch._dynamo,
+        # which replaces torch.manual_seed
+        for name, value in list(vars(namespace).items()):
+            packet = getattr(torch.ops.aten, prefix + name, None) if callable(value) else None
+            if (not name.startswith("_") and isinstance(packet, torch._ops.OpOverloadPacket)
+                    and has_out(packet)):
                 found.append((namespace, name))
     return found
 
@@ -76,11 +81,22 @@ def _sized(func, args, kwargs):
     outs, metas = _outs(kwargs["out"]), _outs(meta_kwargs.pop("out"))
     misfits = [(out, meta) for out, meta in zip(outs, metas)
                if out.shape != meta.shape or out.stride() != meta.stride()]
-    if not misfits:
-        return "pass", func(*args, **kwargs)
     for out, meta in misfits:
         fallback._resize(out, meta.shape, _cpu_strides(func, meta_args, meta_kwargs, meta, len(outs)))
-    return "resized", func(*args, **kwargs)
+    return "resized" if misfits else "pass", _the_outs(func(*args, **kwargs), kwargs["out"])
+
+
+def _the_outs(result, out):
+    """What the CPU returns, ``out`` itself, holding the result.  DirectML's ``out=`` kernels
+    may return another tensor: ``sum``, ``all``, ``norm`` ... with ``out`` written, ``isin``
+    with ``out`` unwritten (the real binary); a result that is not its ``out`` is copied in."""
+    results = (result,) if isinstance(out, torch.Tensor) else tuple(result)
+    for r, o in zip(results, _outs(out)):
+        if r is not o:
+            o.copy_(r)
+    if isinstance(out, torch.Tensor):
+        return out
+    return type(result)(tuple(out)) if isinstance(result, tuple) else result
 
 
 def _cpu_strides(func, meta_args, meta_kwargs, meta, n_outs: int) -> tuple:
@@ -103,14 +119,19 @@ def install(ctx: Context) -> None:
     def on_device(t) -> bool:
         return isinstance(t, torch.Tensor) and not t.is_cpu and t.device.type == target
 
-    def device_out(instance, args, kwargs) -> bool:
-        out = kwargs.get("out")
-        if out is None:
-            return False
-        return on_device(out) or (isinstance(out, (tuple, list)) and any(map(on_device, out)))
+    def wrapper_of(op: str):
+        def wrapper(wrapped, instance, args, kwargs):
+            out = kwargs.get("out")
+            if out is None or not (on_device(out) or isinstance(out, (tuple, list))
+                                   and any(map(on_device, out))) or _select.aside():
+                return wrapped(*args, **kwargs)                     # the fast path
+            return trace.call(op, _sized, wrapped, args, kwargs)
+        return wrapper
 
+    # wrapt wrappers, not intercept()'s: auto's own wrapper stays outside them (a float64
+    # factory's island, its retry), and a core patch's intercept() inside keeps its guard
     for namespace, name in functions():
-        _patches.intercept(ctx, namespace, name, _sized, select=device_out)
+        _patches.wrap(ctx, namespace, name, wrapper_of(f"{namespace.__name__}.{name}"))
 
 
 def uninstall() -> None:

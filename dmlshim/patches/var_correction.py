@@ -7,13 +7,16 @@ Measured (``var.correction`` and ``std_mean.correction`` are DirectML kernels; `
 27.80); ``dim=[]`` with ``correction=1`` gives ``inf``; ``keepdim=True`` without ``dim`` a 0-dim
 result; a 0-dim input no tensor at all.  ``dim=None`` with an explicit ``correction`` and a
 list of every dimension are right, so the fix names them and stays on the device (a 0-dim
-input runs on the CPU).  No public report (OpInfo's ``var`` and ``std_mean`` samples).
+input runs on the CPU).  ``var(out=)`` divides by ``n`` whatever the correction: the functional
+``var``, copied into ``out``.  No public report (OpInfo's ``var`` and ``std_mean`` samples).
 """
 from __future__ import annotations
 
 import torch
 
+from .. import fallback
 from . import _select
+from .dispatcher import Done
 
 _aten = torch.ops.aten
 OPS = (_aten.var.correction, _aten.std_mean.correction)
@@ -33,5 +36,17 @@ def _every_dim(op, keyset, args, kwargs):
     return (self, dim), {**kwargs, "correction": 1 if correction is None else correction}
 
 
-_kernels = _select.Kernels({op: _every_dim for op in OPS})
+def _through_functional(op, keyset, args, kwargs):
+    """``var(out=)``: its kernel divides by ``n`` whatever the correction (measured): the
+    functional ``var`` (fixed above), copied into ``out``."""
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out")
+    result = _aten.var.correction(*args, **kwargs)
+    if out.shape != result.shape:
+        fallback._resize(out, result.shape)
+    return Done(out.copy_(result))
+
+
+_kernels = _select.Kernels({**{op: _every_dim for op in OPS},
+                            _aten.var.correction_out: _through_functional})
 install, uninstall = _kernels.install, _kernels.uninstall
