@@ -3,21 +3,22 @@
 The CPU resizes an ``out=`` tensor of another shape to the result's (``resize_output``:
 an empty one silently, another with a warning), with the strides its kernel chose, and
 refuses an ``out=`` dtype the result cannot be cast to.  torch-directml 0.2.5's ``out=``
-kernels do neither (the real binary, failure_modes.md #65; no public report): with
-OpInfo's first float32 sample of each of 323 ops that take ``out=``, an empty ``out``
-stays empty in 212 (silent), a non-empty one of the wrong size stays as it was in 166
-(silent) or is refused ("The size of tensor a (4) must match ..."), and 42 ops (``mm``,
-``bmm``, ``cat``, ``sort``, ``topk``, ``index_select``, the ``fft`` family ...) abort the
-process; ``torch.mul(float, bool, out=bool)`` writes a bool.
+kernels do neither (the real binary, failure_modes.md #65; no public report): they compute
+into a new tensor and return it.  With OpInfo's first float32 sample of each of 307 ops that
+take ``out=`` (``benchmarks/out_sweep.py``), an empty ``out`` stays empty in 222 (silent) and
+27 abort the process (``mm``, ``bmm``, ``cat``, ``sort``, ``topk``, ``index_select`` ...); a
+non-empty one of the wrong size stays as it was in 168 or is refused in 51 ("The size of
+tensor a (4) must match ...").  ``torch.mul(float, bool, out=bool)`` writes a bool.
 
-The fix wraps every function of ``torch``, ``torch.linalg``, ``torch.special`` and
-``torch.fft`` that has an ``out=`` overload.  A call whose ``out=`` holds a device tensor
-runs first on the meta device with ``out``'s geometry, which resizes and checks as the
-CPU does (its warning, its errors); each device ``out`` whose sizes or strides differ
-takes the meta's; then the call runs on the device.  Where the meta device cannot run it
-(no meta kernel, a data-dependent shape), the call runs on the CPU and its outs are grown
-and copied back (``fallback.run_on_cpu``).  Python entry points only: an ``out=`` overload
-called from C++ or through ``torch.ops.aten`` is not covered.  Docs: docs/defects.md.
+The fix wraps every public function of ``torch``, ``torch.linalg``, ``torch.special``,
+``torch.fft``, ``torch._C._nn`` (and its aliases in ``torch.nn.functional``) that has an
+``out=`` overload.  A call whose ``out=`` holds a device tensor runs first on the meta device
+with ``out``'s geometry, which resizes and checks as the CPU does (its warning, its errors);
+each device ``out`` whose sizes or strides differ takes the CPU's; then the call runs on the
+device and returns ``out``, written.  Where the meta device cannot run it (no meta kernel, a
+data-dependent shape), the call runs on the CPU and its outs are grown and copied back
+(``fallback.run_on_cpu``).  Python entry points only: an ``out=`` overload called from C++
+or through ``torch.ops.aten`` is not covered.  Docs: docs/defects.md.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import functools
 from typing import Iterable, List
 
 import torch
+import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
 from .. import fallback, trace
@@ -33,7 +35,8 @@ from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
 # namespace -> the prefix of its functions' aten names (torch.linalg.inv is aten::linalg_inv)
-NAMESPACES = {torch: "", torch.linalg: "linalg_", torch.special: "special_", torch.fft: "fft_"}
+NAMESPACES = {torch: "", torch.linalg: "linalg_", torch.special: "special_", torch.fft: "fft_",
+              torch._C._nn: ""}
 
 
 def has_out(packet) -> bool:
@@ -55,6 +58,9 @@ def functions() -> List[tuple]:
             if (not name.startswith("_") and isinstance(packet, torch._ops.OpOverloadPacket)
                     and has_out(packet)):
                 found.append((namespace, name))
+    nn = {id(getattr(torch._C._nn, name)) for namespace, name in found if namespace is torch._C._nn}
+    found += [(F, name) for name, value in list(vars(F).items())         # F.gelu is _nn.gelu
+              if not name.startswith("_") and id(value) in nn]
     return found
 
 
@@ -77,7 +83,8 @@ def _sized(func, args, kwargs):
     try:
         func(*meta_args, **meta_kwargs)
     except Exception:       # no meta kernel, a data-dependent shape, or an error: the CPU decides
-        return "cpu", fallback.run_on_cpu(func, args, kwargs)
+        cpu_kwargs = {**kwargs, "device": "cpu"} if "device" in kwargs else kwargs
+        return "cpu", fallback.run_on_cpu(func, args, cpu_kwargs, device=_outs(kwargs["out"])[0].device)
     outs, metas = _outs(kwargs["out"]), _outs(meta_kwargs.pop("out"))
     misfits = [(out, meta) for out, meta in zip(outs, metas)
                if out.shape != meta.shape or out.stride() != meta.stride()]
@@ -90,6 +97,8 @@ def _the_outs(result, out):
     """What the CPU returns, ``out`` itself, holding the result.  DirectML's ``out=`` kernels
     may return another tensor: ``sum``, ``all``, ``norm`` ... with ``out`` written, ``isin``
     with ``out`` unwritten (the real binary); a result that is not its ``out`` is copied in."""
+    if result is None:                      # split_with_sizes_copy & co return nothing
+        return None
     results = (result,) if isinstance(out, torch.Tensor) else tuple(result)
     for r, o in zip(results, _outs(out)):
         if r is not o:
