@@ -133,17 +133,18 @@ def _copy_to_cpu(device):
 
 def _out_resize(device):
     """``out=`` tensors of the wrong size: empty and too large for an element-wise op of a
-    permuted input (the CPU gives its layout), a reduction, mm, cat, a (values, indices) pair,
-    a factory; and whether a float times a bool into a bool ``out=`` is refused."""
+    permuted input (the CPU gives its layout), a reduction, mm, cat, a factory, masked_select
+    (a data-dependent shape: the meta device cannot size it), a (values, indices) pair; and
+    whether a float times a bool into a bool ``out=`` is refused."""
     x = _image(3, 4, 2).permute(2, 0, 1).to(device)
     wide = torch.empty(40, device=device)
-    outs = [torch.empty(0, device=device) for _ in range(5)]
+    outs = [torch.empty(0, device=device) for _ in range(6)]
     values, indices = torch.empty(0, device=device), torch.empty(7, dtype=torch.int64, device=device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                       # "An output ... was resized"
         results = [torch.mul(x, 2, out=outs[0]), torch.exp(x, out=wide), torch.sum(x, 1, out=outs[1]),
                    torch.mm(x[0], x[1].t(), out=outs[2]), torch.cat([x, x], 1, out=outs[3]),
-                   torch.arange(5.0, out=outs[4])]
+                   torch.arange(5.0, out=outs[4]), torch.masked_select(x, x > 0, out=outs[5])]
         torch.sort(x, 1, out=(values, indices))
     try:
         torch.mul(x, x > 0, out=torch.empty(2, 3, 4, dtype=torch.bool, device=device))

@@ -83,14 +83,45 @@ def _sized(func, args, kwargs):
     try:
         func(*meta_args, **meta_kwargs)
     except Exception:       # no meta kernel, a data-dependent shape, or an error: the CPU decides
-        cpu_kwargs = {**kwargs, "device": "cpu"} if "device" in kwargs else kwargs
-        return "cpu", fallback.run_on_cpu(func, args, cpu_kwargs, device=_outs(kwargs["out"])[0].device)
+        return "cpu", _on_cpu(func, args, kwargs)
     outs, metas = _outs(kwargs["out"]), _outs(meta_kwargs.pop("out"))
     misfits = [(out, meta) for out, meta in zip(outs, metas)
                if out.shape != meta.shape or out.stride() != meta.stride()]
     for out, meta in misfits:
         fallback._resize(out, meta.shape, _cpu_strides(func, meta_args, meta_kwargs, meta, len(outs)))
-    return "resized" if misfits else "pass", _the_outs(func(*args, **kwargs), kwargs["out"])
+    try:
+        result = func(*args, **kwargs)
+    except NotImplementedError:                         # torch.empty(out=): no DirectML kernel
+        return "cpu", _on_cpu(func, args, kwargs)
+    return "resized" if misfits else "pass", _the_outs(result, kwargs["out"])
+
+
+def _on_cpu(func, args, kwargs):
+    """The call on the CPU (a factory's ``device=`` too) into CPU outs of ``out``'s geometry,
+    which raises the CPU's error, or gives the device outs their shapes and values."""
+    def to_cpu(x):
+        return x.cpu() if isinstance(x, torch.Tensor) else x
+    outs = _outs(kwargs["out"])
+    cpu_outs = [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) for o in outs]
+    cpu_kwargs = {**tree_map(to_cpu, kwargs),
+                  "out": cpu_outs[0] if isinstance(kwargs["out"], torch.Tensor) else tuple(cpu_outs)}
+    if "device" in kwargs:
+        cpu_kwargs["device"] = "cpu"
+    with fallback.guard():
+        result = func(*tree_map(to_cpu, args), **cpu_kwargs)
+    for out, cpu in zip(outs, cpu_outs):
+        if out.shape != cpu.shape or out.stride() != cpu.stride():
+            fallback._resize(out, cpu.shape, cpu.stride())
+        out.copy_(cpu)
+    return _returned(result, kwargs["out"])
+
+
+def _returned(result, out):
+    """What the CPU returns for ``out``: ``out`` itself, or a ``(values, indices)`` result made
+    of the outs, or nothing."""
+    if result is None or isinstance(out, torch.Tensor):
+        return None if result is None else out
+    return type(result)(tuple(out)) if isinstance(result, tuple) else result
 
 
 def _the_outs(result, out):
@@ -103,9 +134,7 @@ def _the_outs(result, out):
     for r, o in zip(results, _outs(out)):
         if r is not o:
             o.copy_(r)
-    if isinstance(out, torch.Tensor):
-        return out
-    return type(result)(tuple(out)) if isinstance(result, tuple) else result
+    return _returned(result, out)
 
 
 def _cpu_strides(func, meta_args, meta_kwargs, meta, n_outs: int) -> tuple:
