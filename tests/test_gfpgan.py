@@ -6,6 +6,7 @@ own classes (examples/gfpgan_models.py) and loaded through ``GFPGANer``'s loader
 (examples/torchvision_ops.py); real users' torchvision needs nothing.
 """
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -345,8 +346,11 @@ torchvision_ops.apply()       # this machine's CUDA-only torchvision; imports no
 for step in {steps!r}:
     if step == "dmlshim":
         import dmlshim
-        from dmlshim import emulation
-        emulation.install()       # a DirectML device: with none, activate() installs no fix
+        if {real!r}:
+            import torch_directml     # the real device (make test-realdml)
+        else:
+            from dmlshim import emulation
+            emulation.install()   # a DirectML device: with none, activate() installs no fix
         dmlshim.activate()
     else:
         __import__(step)
@@ -393,7 +397,8 @@ def import_runs():
     at once (each spends ~5 s importing the gfpgan stack)."""
     runs = {}
     for steps in (*ORDERS, BASICSR_FIRST):
-        script = IMPORT_ORDER_SCRIPT.format(examples=str(EXAMPLES), steps=steps)
+        script = IMPORT_ORDER_SCRIPT.format(examples=str(EXAMPLES), steps=steps,
+                                            real=os.environ.get("DMLSHIM_TEST_DEVICE", "").lower() == "directml")
         runs[tuple(steps)] = subprocess.Popen([sys.executable, "-c", script], text=True,
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     results = {}

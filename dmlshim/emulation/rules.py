@@ -603,22 +603,28 @@ def _source_unlike_index(self, dim, index, src=None, *_, **__):
 SCATTER_SOURCE = "DirectML scatter doesn't allow for index and source to have different dimensions."
 
 
+# ops torch's composites call with an empty out= of their own: soft_margin_loss's neg_out
+_CALLED_BY_COMPOSITES = frozenset({"neg"})
+
+
 def _unresized_out_overload(op):
     """An ``out=`` overload of an op the real binary does not resize (dml_ops.out_unresized),
-    but not one torch's composites call with an empty ``out``: where the op is a composite on
-    torch 2.4.1 (``abs``: ``abs_out`` of an empty tensor), the real binary's C++ kernel
-    returns a new tensor the composite uses, which a Python kernel cannot (C++ callers of an
-    ``out=`` overload get its ``out`` argument back): not modelled."""
+    but not one torch's composites call with an empty ``out``.  The real binary's kernel
+    rebinds its ``out`` argument to a new tensor: a composite's own variable (``abs``:
+    ``abs_out`` of an empty tensor; ``soft_margin_loss``: ``neg_out``) then holds the result,
+    the Python object of an ``out=`` caller does not.  A Python kernel cannot rebind a C++
+    caller's variable, so those ops are not modelled: the composite-routed ones, and
+    :data:`_CALLED_BY_COMPOSITES`."""
     name = op._schema.name.partition("::")[2]
-    return (name in out_unresized() and any(a.is_out for a in op._schema.arguments)
+    return (name in out_unresized() and name not in _CALLED_BY_COMPOSITES
+            and any(a.is_out for a in op._schema.arguments)
             and routing.route(name) not in (routing.COMPOSITE_EXPLICIT, routing.COMPOSITE_IMPLICIT))
 
 
 def _unresized_outs(rule, op):
     """``rule`` for one ``out=`` overload: DirectML computes into new tensors; where an
-    ``out`` is not of the result's shape it returns them and leaves ``out`` as it is (torch's
-    composites, which use the result, are right; ``out=`` callers are not).  No meta device:
-    its ``out=`` kernels import ``torch._dynamo`` on torch 2.13, which replaces
+    ``out`` is not of the result's shape it returns them and leaves ``out`` as it is.  No
+    meta device: its ``out=`` kernels import ``torch._dynamo`` on torch 2.13, which replaces
     ``torch.manual_seed``."""
     names = [a.name for a in op._schema.arguments if a.is_out]
 
