@@ -671,10 +671,6 @@ def observed_rules():
         Rule("copy_", when=_into_cpu, replace=_rebound,
              source=source.format("#64", ": copy_ into a CPU tensor rebinds it to new storage "
                                          "in the source's dtype")),
-        Rule(_unresized_out_overload, bind=_unresized_outs,
-             source=source.format("#65", ": an out= of the wrong size is not resized: the "
-                                         "result is a new tensor, out is left as it is (silent; "
-                                         "the real binary also refuses some, and some abort)")),
         Rule("constant_pad_nd", when=_nothing_to_pad, replace=_never_written,
              source=source.format("#63", ": F.pad with every pad 0 returns a tensor it never "
                                          "wrote (zeros or stale values)")),
@@ -691,6 +687,11 @@ def observed_rules():
                                           "without x's index (legacy constructors ask empty for "
                                           "Device(PrivateUse1); the kernel keeps it)")),
         *(Rule(**case) for case in rules_refused.refused_cases()),
+        # last: it takes every call of those out= overloads, so the rules above go first
+        Rule(_unresized_out_overload, bind=_unresized_outs,
+             source=source.format("#65", ": an out= of the wrong size is not resized: the "
+                                         "result is a new tensor, out is left as it is (silent; "
+                                         "the real binary also refuses some, and some abort)")),
     ]
 
 
