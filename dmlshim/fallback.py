@@ -110,6 +110,14 @@ def _resize(t: torch.Tensor, shape, stride=None) -> None:
     vars(t).pop("_dmlshim_anchor", None)      # no longer a view (patches/offset_views)
 
 
+def write_out(out: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``value`` written into the ``out=`` tensor ``out``, given ``value``'s shape first where
+    it differs (:func:`_resize`, as ATen's ``out=`` kernels resize); returns ``out``."""
+    if out.shape != value.shape:
+        _resize(out, value.shape)
+    return out.copy_(value)
+
+
 def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op: str = "",
                device: Optional[torch.device] = None,
                dtype_map: Optional[Dict[torch.dtype, torch.dtype]] = None,

@@ -119,11 +119,7 @@ def _along(weight: torch.Tensor, dim: int, like: torch.Tensor) -> torch.Tensor:
 def into(out: Optional[torch.Tensor], result: torch.Tensor) -> torch.Tensor:
     """``result``, written into ``out=`` when given (resized as ATen's out= kernels do; the
     real binary grows no tensor in place: ``fallback._resize``)."""
-    if out is None:
-        return result
-    if out.shape != result.shape:
-        fallback._resize(out, result.shape)
-    return out.copy_(result)
+    return result if out is None else fallback.write_out(out, result)
 
 
 def _arguments(kind, args, backward):

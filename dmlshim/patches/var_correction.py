@@ -41,10 +41,7 @@ def _through_functional(op, keyset, args, kwargs):
     functional ``var`` (fixed above), copied into ``out``."""
     kwargs = dict(kwargs)
     out = kwargs.pop("out")
-    result = _aten.var.correction(*args, **kwargs)
-    if out.shape != result.shape:
-        fallback._resize(out, result.shape)
-    return Done(out.copy_(result))
+    return Done(fallback.write_out(out, _aten.var.correction(*args, **kwargs)))
 
 
 _kernels = _select.Kernels({**{op: _every_dim for op in OPS},
