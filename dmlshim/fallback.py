@@ -172,6 +172,7 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
                 h2d += trace.nbytes(cpu)
                 written[id(cpu)] = orig
         copied_storages = {_storage_ptr(cpu) for _, cpu, _ in copies.values()}
+        returned = {id(cpu): orig for orig, cpu, _ in copies.values()}
 
         def back(x):
             nonlocal h2d
@@ -179,6 +180,13 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
                 return x
             if id(x) in written:
                 return written[id(x)]
+            if id(x) in returned:              # an argument returned: out= written below the
+                orig = returned[id(x)]         # ADInplaceOrView key, its version unmoved
+                if orig.shape != x.shape:
+                    _resize(orig, x.shape, x.stride())
+                h2d += trace.nbytes(x)
+                written[id(x)] = orig.copy_(x)
+                return orig
             if id(x) in on_cpu or (stay is not None and x.is_cpu and stay(x)):
                 return x                       # a CPU argument returned as is stays put
             if x.numel() and _storage_ptr(x) in copied_storages:

@@ -124,6 +124,18 @@ def _out_resize(device):
     return out, torch.tensor(False)
 
 
+def _batched_tril_triu(device):
+    """`triu` and `tril` of a 1x3x4 ramp (the defect: `[0, 3]` dropped, and kept)."""
+    x = torch.arange(1.0, 13.0).view(1, 3, 4).to(device)
+    return x.triu(), x.tril()
+
+
+def _scatter_repeated(device):
+    """`scatter_add` into 10s of `[1, 2, 3]` at `[0, 1, 1]` (the CPU: `[11, 15, 10]`)."""
+    index = torch.tensor([0, 1, 1]).to(device)
+    return torch.full((3,), 10.0).to(device).scatter_add(0, index, torch.arange(1.0, 4.0).to(device))
+
+
 def _combinations(device):
     """`torch.combinations` of a 3-value ramp, r = 2."""
     return torch.combinations(torch.arange(3.0).to(device), 2)
@@ -305,6 +317,13 @@ OBSERVED: Tuple[Defect, ...] = (
            "stays as it was (silent), is refused, or the process aborts (mm, cat, sort, fft ...); "
            "an out= dtype the result cannot be cast to is not refused", _probe(_out_resize),
            ("out_resize",)),
+    Defect("batched_tril_triu", "none", _REFUSED,
+           "tril/triu of 3-D and 4-D inputs keep the wrong diagonals (silent; a 1x3x4 triu() drops "
+           "[0, 3]); of 5-D refused (E_INVALIDARG)", _probe(_batched_tril_triu), ("batched_tril_triu",)),
+    Defect("scatter_repeated", "none", _REFUSED,
+           "scatter_add and scatter(reduce=) with an index repeated along dim write the place once: "
+           "self plus the last value (silent); an index longer than self along dim refused "
+           "(E_INVALIDARG)", _probe(_scatter_repeated), ("scatter_repeated",)),
     Defect("combinations", "none", _REFUSED,
            "torch.combinations: 'The size of tensor a (n) must match the size of tensor b (0)', "
            "CreateOperator for one element (its C++ composite only)", _probe(_combinations),

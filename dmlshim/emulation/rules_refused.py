@@ -15,6 +15,7 @@ conditions are not isolated).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -555,6 +556,90 @@ def _dml_avg_pool(self, kernel_size, stride=(), padding=0, ceil_mode=False, coun
                                       kernel[0] * kernel[1]), {}), out)
 
 
+BY_HAND = "measured on the real torch-directml 0.2.5 binary (by hand), no public report: {}"
+
+
+def _batched(self, *_, **__):
+    return self.dim() > 2
+
+
+def _over_four_dims(self, *_, **__):
+    return self.dim() > 4
+
+
+def _diagonals(d, begin, end):
+    """DirectML's kept diagonals ``begin <= d < end``, wrapped round when ``begin > end``,
+    none when they are equal."""
+    if begin < end:
+        return (d >= begin) & (d < end)
+    if begin > end:
+        return ~((d >= end) & (d < begin))
+    return torch.zeros_like(d, dtype=torch.bool)
+
+
+def dml_triangle_mask(shape, diagonal: int, upper: bool) -> torch.Tensor:
+    """The real binary's mask for ``triu``/``tril(diagonal)`` of an input of ``shape`` (2-D to
+    4-D): the diagonals ``k <= c - r < max(size(0), size(1))``, ``tril`` the complement of
+    ``triu(k + 1)``'s; a ``k`` outside the matrix is right.  Measured on 494 calls, 2-D to 4-D,
+    ``k`` in -6 ... 6: every one as this law (patches/batched_tril_triu.py)."""
+    rows, cols = shape[-2:]
+    d = torch.arange(cols) - torch.arange(rows)[:, None]
+    end = max(shape[0], shape[1])
+    if upper:
+        if diagonal >= cols or diagonal <= -rows:
+            return torch.full((rows, cols), diagonal <= -rows)
+        return _diagonals(d, diagonal, end)
+    if diagonal >= cols - 1 or diagonal <= -rows:
+        return torch.full((rows, cols), diagonal >= cols - 1)
+    if diagonal + 1 == end:
+        return torch.zeros(rows, cols, dtype=torch.bool)
+    return ~_diagonals(d, diagonal + 1, end)
+
+
+def _dml_triangle(rule, op):
+    """The real binary's ``triu``/``tril`` of a batch: the input under its mask."""
+    upper, in_place = op._schema.name.startswith("aten::triu"), op._schema.name.endswith("_")
+
+    def kernel(self, diagonal=0, *, out=None):
+        value = torch.where(dml_triangle_mask(self.shape, diagonal, upper), self,
+                            torch.zeros((), dtype=self.dtype))
+        if in_place:
+            return self.copy_(value)
+        return value if out is None else out.resize_(value.shape).copy_(value)
+
+    def replace(*args, **kwargs):
+        return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
+    return dataclasses.replace(rule, replace=replace, bind=None)
+
+
+def _index_longer(self, dim, index, *_, **__):
+    return index.dim() >= 2 and self.dim() == index.dim() and index.shape[dim] > self.shape[dim]
+
+
+def _dml_scatter_once(rule, op):
+    """The real binary's ``scatter_add``/``scatter(reduce=)``: a place the index names more
+    than once gets ``self`` and the last value written there (CPU ``scatter``'s order)."""
+    in_place = op._schema.name.endswith("_")
+
+    def kernel(self, dim, index, src, *, reduce="add", out=None):
+        if not isinstance(src, torch.Tensor):
+            src = torch.full(index.shape, src, dtype=self.dtype)
+        src = src[tuple(slice(0, size) for size in index.shape)]
+        old = self.gather(dim, index)
+        value = self.scatter(dim, index, old + src if reduce == "add" else old * src)
+        if in_place:
+            return self.copy_(value)
+        return value if out is None else out.resize_(value.shape).copy_(value)
+
+    def replace(*args, **kwargs):
+        return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
+    return dataclasses.replace(rule, replace=replace, bind=None)
+
+
+SCATTER_ADDS = ("scatter_add", "scatter_add_", "scatter.reduce", "scatter_.reduce", "scatter.reduce_out",
+                "scatter.value_reduce", "scatter_.value_reduce", "scatter.value_reduce_out")
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -602,6 +687,14 @@ def refused_cases():
         dict(op="_adaptive_avg_pool2d", when=_off_grid, replace=_dml_adaptive_pool,
              source=SOURCE.format("adaptive_avg_pool off DirectML's window grid: stride in // out, "
                                   "kernel in - (out-1)*stride (silent)")),
+        dict(op=("triu", "tril", "triu_", "tril_"), when=_over_four_dims,
+             source=BY_HAND.format("tril/triu of 5-D inputs (E_INVALIDARG)")),
+        dict(op=("triu", "tril", "triu_", "tril_"), when=_batched, bind=_dml_triangle,
+             source=BY_HAND.format("tril/triu of 3-D and 4-D inputs keep the wrong diagonals (silent)")),
+        dict(op=SCATTER_ADDS, when=_index_longer,
+             source=BY_HAND.format("scatter_add with an index longer than self along dim (E_INVALIDARG)")),
+        dict(op=SCATTER_ADDS, bind=_dml_scatter_once,
+             source=BY_HAND.format("scatter_add with a repeated index writes the place once (silent)")),
         dict(op="masked_select", when=_input_broadcasts, replace=_dml_masked_select,
              source=SOURCE.format("masked_select with an input that broadcasts to the mask (silent)")),
         dict(op=("replication_pad1d", "replication_pad2d"), when=_negative_begin, replace=_dml_replication_pad,

@@ -187,6 +187,12 @@ REGISTRY: Tuple[Patch, ...] = (
                            "explicitly, count_include_pad=False, on the device"),
     Patch("bool_minmax", "max()/min() of a bool tensor come back int32 (measured on the real 0.2.5 "
                          "binary): cast back to bool, on the device"),
+    Patch("batched_tril_triu", "tril/triu of a batch of matrices keep the wrong diagonals (measured on "
+                               "the real 0.2.5 binary): the 2-D mask of the last two dimensions, where, "
+                               "on the device"),
+    # after gather (its dim=-1 fix hands the dimension counted from 0 on), before refused
+    Patch("scatter_repeated", "scatter_add/scatter(reduce=) with a repeated index write it once (measured "
+                              "on the real 0.2.5 binary): index_put_(accumulate=True), on the device"),
     # refused's retry answers every call it holds, so it comes after the fixes that share
     # its overloads (gather, repeat, adaptive_pool: _select's chain runs in install order)
     Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "

@@ -272,6 +272,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     shim's own device calls too, a ``cat`` under ``fallback.guard()``)."""
     name = op.name()
     numbers = fallback.numbers_converter(op)
+    written = _written_back(op)
 
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
@@ -283,9 +284,42 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
                 result = fixed.result if done else op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
                 if not done or fixed.record:
                     trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
-                return result
-        return op.redispatch(keyset & _BELOW, *args, **kwargs)
+                return written(result, args, kwargs) if written else result
+        result = op.redispatch(keyset & _BELOW, *args, **kwargs)
+        return written(result, args, kwargs) if written else result
     return kernel
+
+
+def _written_back(op) -> Optional[Callable[[object, tuple, dict], object]]:
+    """For an overload that writes its arguments and returns them (in place, ``out=``):
+    ``written(result, args, kwargs)``, which copies a result that is another tensor of the
+    argument's shape into the argument and returns the argument.  The real 0.2.5 binary's
+    kernels rebind such an argument to a new tensor (failure_modes.md #65): a C++ caller's
+    own variable follows, but a Python kernel between them returns the new tensor and the
+    caller's stays unwritten (``scatter_add``'s composite: zeros, measured).  A result of
+    another shape is returned as it is: growing a composite's empty ``out`` here ends the
+    process (``torch.eye``'s, ``fallback_out``; the ``out_resize`` patch sizes a caller's
+    ``out`` before the call).  None for other overloads."""
+    arguments = op._schema.arguments
+    names = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+    returns = op._schema.returns
+    if not names or len(returns) != len(names) or not all(r.alias_info is not None for r in returns):
+        return None
+    positions = {a.name: i for i, a in enumerate(arguments)}
+
+    def written(result, args, kwargs):
+        targets = [kwargs[n] if n in kwargs else args[positions[n]] for n in names]
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        if all(r is t for r, t in zip(results, targets)):
+            return result
+        if not all(isinstance(r, torch.Tensor) and isinstance(t, torch.Tensor) and r.shape == t.shape
+                   for r, t in zip(results, targets)):
+            return result
+        for r, t in zip(results, targets):
+            if r is not t:
+                t.copy_(r)
+        return targets[0] if len(targets) == 1 else tuple(targets)
+    return written
 
 
 def _island_kernel(op, makes, backend, target: str, name: str):

@@ -19,12 +19,12 @@ from . import _select
 from .dispatcher import Done
 
 _aten = torch.ops.aten
-# torch-directml's kernels: gather.out, scatter.src_out, scatter_add.out (dml_registered_ops.txt);
-# the functional and in-place overloads reach them through torch's structured wrappers.  Not
-# scatter_add.out: with a Python kernel at its BackendSelect key, scatter_add and scatter_add_
-# give zeros on the real binary (so does scatter_add_ with one at its own key: below).
+# torch-directml's kernels are gather.out, scatter.src_out, scatter_add.out (dml_registered_ops.txt);
+# the functional and in-place overloads reach them through torch's structured wrappers, and
+# the out= ones' results are written back (dispatcher.fix_kernel: #65's rebinding).
 OVERLOADS = (_aten.gather.default, _aten.gather.out, _aten.scatter.src, _aten.scatter_.src,
-             _aten.scatter.src_out, _aten.scatter_add.default)
+             _aten.scatter.src_out, _aten.scatter_add.default, _aten.scatter_add_.default,
+             _aten.scatter_add.out)
 
 
 def _dim_from_zero(op, keyset, args, kwargs):
@@ -38,13 +38,5 @@ def _dim_from_zero(op, keyset, args, kwargs):
     return Done(_select.pass_on(op, keyset, (self, dim + rank, *args[2:]), kwargs, after=_dim_from_zero))
 
 
-def _scatter_add_in_place(op, keyset, args, kwargs):
-    """scatter_add_ as ``self.copy_(scatter_add(...))``, every call: redispatched from a
-    Python kernel, DirectML's in-place scatter_add_ leaves ``self`` zero (the real binary)."""
-    self, dim, index, src = args
-    return Done(self.copy_(torch.scatter_add(self, dim, index, src)), record=False)
-
-
-_kernels = _select.Kernels({**{op: _dim_from_zero for op in OVERLOADS},
-                            _aten.scatter_add_.default: _scatter_add_in_place})
+_kernels = _select.Kernels({op: _dim_from_zero for op in OVERLOADS})
 install, uninstall = _kernels.install, _kernels.uninstall

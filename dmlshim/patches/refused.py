@@ -43,7 +43,8 @@ def _retry(op, keyset, args, kwargs):
     except _CATCH as exc:
         if errors.classify(exc) != errors.RETRY:
             raise
-    if op._schema.is_mutable:
+    first = op._schema.arguments[0].alias_info
+    if first is not None and first.is_write:        # in place (an out= overload writes its out)
         return _in_place_on_cpu(op, args, kwargs)
     return _select.on_cpu(op, args, kwargs)
 
@@ -77,7 +78,9 @@ GROUPS: Dict[str, Tuple[torch._ops.OpOverload, ...]] = {
     "scatter_partial": (_aten.scatter.src, _aten.scatter.value, _aten.scatter.reduce,
                         _aten.scatter.value_reduce, _aten.scatter_.src, _aten.scatter_.value,
                         _aten.scatter_.reduce, _aten.scatter_.value_reduce,
-                        _aten.scatter_add.default, _aten.scatter_add_.default),
+                        _aten.scatter_add.default, _aten.scatter_add_.default, _aten.scatter.src_out,
+                        _aten.scatter.value_out, _aten.scatter.reduce_out, _aten.scatter.value_reduce_out,
+                        _aten.scatter_add.out),
 }
 _FIX = {"storage_scatter": _on_cpu}
 
