@@ -317,6 +317,10 @@ OBSERVED: Tuple[Defect, ...] = (
            "stays as it was (silent), is refused, or the process aborts (mm, cat, sort, fft ...); "
            "an out= dtype the result cannot be cast to is not refused", _probe(_out_resize),
            ("out_resize",)),
+    # static: probing it would end the process
+    Defect("flip_dims", "none", _REFUSED,
+           "flip with a negative dim (x.flip(-1)) or of a 0-dim tensor ends the process (signal 11)",
+           None, ("flip_dims",)),
     Defect("batched_tril_triu", "none", _REFUSED,
            "tril/triu of 3-D and 4-D inputs keep the wrong diagonals (silent; a 1x3x4 triu() drops "
            "[0, 3]); of 5-D refused (E_INVALIDARG)", _probe(_batched_tril_triu), ("batched_tril_triu",)),

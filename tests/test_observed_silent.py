@@ -512,3 +512,34 @@ def test_fix_kernels_write_the_out_they_pass_through(dml_device, shim_off, asser
         x.scatter_add_(1, index.to(dml_device), src.to(dml_device))
     for result in (functional, x, out):
         assert_parity(result, expected)
+
+
+# ------------------------------------------------------------ flip: a static defect (abort)
+def _flips(d):
+    """Negative dims (1-D to 3-D, several at once), a 0-dim tensor, positive dims, the
+    aten out= overload, the gradient."""
+    x = _ramp(2, 3, 4).to(d)
+    w = _ramp(2, 3, 4).to(d).requires_grad_()
+    w.flip(-1).mul(_ramp(2, 3, 4).to(d) + 1).sum().backward()
+    out = torch.empty(2, 3, 4).to(d)
+    torch.ops.aten.flip.out(x, [-2], out=out)
+    return (x.flip(-1), x.flip(-1, -3), x[0].flip(-1), x[0, 0].flip(-1), torch.tensor(3.0).to(d).flip(0),
+            torch.tensor(3.0).to(d).flip(-1), x.flip(0, 2), out, w.grad)
+
+
+def test_flip_with_the_shim_equals_cpu(dml_device, shim_off, assert_same):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["flip_dims"] == probing.STATIC          # never probed
+    assert "flip_dims" in patches.installed()
+    assert_same(_flips(dml_device), _flips(CPU))
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        _ramp(2, 3).to(dml_device).flip(-3)
+
+
+@pytest.mark.emulated_only(
+    reason="expects emulation.FatalDirectMLError where the real binary ends the process")
+def test_flip_ends_the_process_raw(dml_device, shim_off, assert_same):
+    for call in (lambda: _ramp(2, 3).to(dml_device).flip(-1), lambda: torch.tensor(3.0).to(dml_device).flip(0)):
+        with pytest.raises(emulation.FatalDirectMLError, match="signal 11"):
+            call()
+    assert_same(_ramp(2, 3).to(dml_device).flip(1), _ramp(2, 3).flip(1))

@@ -21,6 +21,7 @@ import functools
 import torch
 
 from . import _backend
+from .fatal import FatalDirectMLError
 
 SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no public report: {}"
 DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
@@ -559,6 +560,13 @@ def _dml_avg_pool(self, kernel_size, stride=(), padding=0, ceil_mode=False, coun
 BY_HAND = "measured on the real torch-directml 0.2.5 binary (by hand), no public report: {}"
 
 
+def _flip_ends_the_process(self, dims, *_, **__):
+    return self.dim() == 0 or any(d < 0 for d in dims)
+
+
+FLIP_ABORT = "signal 11 (SIGSEGV): flip with a negative dim or of a 0-dim tensor ends the process"
+
+
 def _batched(self, *_, **__):
     return self.dim() > 2
 
@@ -687,6 +695,8 @@ def refused_cases():
         dict(op="_adaptive_avg_pool2d", when=_off_grid, replace=_dml_adaptive_pool,
              source=SOURCE.format("adaptive_avg_pool off DirectML's window grid: stride in // out, "
                                   "kernel in - (out-1)*stride (silent)")),
+        dict(op="flip", when=_flip_ends_the_process, error=FatalDirectMLError, message=FLIP_ABORT,
+             source=BY_HAND.format("flip with a negative dim or of a 0-dim tensor (process abort)")),
         dict(op=("triu", "tril", "triu_", "tril_"), when=_over_four_dims,
              source=BY_HAND.format("tril/triu of 5-D inputs (E_INVALIDARG)")),
         dict(op=("triu", "tril", "triu_", "tril_"), when=_batched, bind=_dml_triangle,
