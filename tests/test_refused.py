@@ -79,11 +79,15 @@ def _scatter_partial(d):
 
 
 def _fallback_out(d):
-    """torch's composites over torch-directml's CPU fallback with an ``out=``."""
+    """torch's composites over torch-directml's CPU fallback with an ``out=``; linalg.solve
+    into a right-size ``out`` (the real binary: max |Δ| 5)."""
     x = _ramp(5, 4) % 7
+    a, b = (_ramp(4, 4) % 5 + 6 * torch.eye(4)).to(d), (_ramp(4, 2) % 3).to(d)
+    solved = torch.empty(4, 2).to(d)
+    torch.linalg.solve(a, b, out=solved)
     return (torch.eye(3, 2, device=d), torch.eye(0, device=d), torch.kthvalue(x.to(d), 2, 1),
             torch.median(x.to(d), 0), torch.nanmedian(x.to(d), 1, keepdim=True),
-            torch.eye(2, out=torch.empty(0, device=d)))
+            torch.eye(2, out=torch.empty(0, device=d)), solved, torch.linalg.solve(a, b))
 
 
 def _max_pool_ceil(d):

@@ -169,7 +169,7 @@ def _out_names(op):
 
 # ---------------------------------------------------------------- kernels
 
-def _kernel(info, *args, **kwargs):
+def _kernel(info, /, *args, **kwargs):     # "/": an op may have an argument named info
     verdict = policy(info, args, kwargs)
     if verdict is not RUN:
         return verdict

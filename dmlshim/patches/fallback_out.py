@@ -19,7 +19,7 @@ from .dispatcher import Done
 
 _aten = torch.ops.aten
 OPS = (_aten.eye.out, _aten.eye.m_out, _aten.kthvalue.values, _aten.median.dim_values,
-       _aten.nanmedian.dim_values, _aten.linalg_lstsq.out)
+       _aten.nanmedian.dim_values, _aten.linalg_lstsq.out, _aten._linalg_solve_ex.result)
 
 
 def out_names(op) -> list:
