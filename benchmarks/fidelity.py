@@ -62,8 +62,11 @@ def _static_cases():
         s = torch.eye(3).to_sparse().to(d)
         return (s + s).to_dense()
 
+    def flip_dims(d):
+        return torch.arange(6.0).view(2, 3).to(d).flip(-1)
+
     return {"bfloat16": bfloat16, "complex": complex_, "prelu_channels": prelu_channels,
-            "sparse": sparse}
+            "sparse": sparse, "flip_dims": flip_dims}
 
 
 def _extra_cases():
