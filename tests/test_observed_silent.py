@@ -543,3 +543,23 @@ def test_flip_ends_the_process_raw(dml_device, shim_off, assert_same):
         with pytest.raises(emulation.FatalDirectMLError, match="signal 11"):
             call()
     assert_same(_ramp(2, 3).to(dml_device).flip(1), _ramp(2, 3).flip(1))
+
+
+# ------------------------------------------- bmm with a CPU operand: a static defect (abort)
+def test_bmm_with_a_cpu_operand_raises_torchs_error_with_the_shim(dml_device, shim_off, assert_parity):
+    dmlshim.activate()                                      # auto: torch's error is not retried
+    assert probing.last().status["cpu_operand"] == probing.STATIC
+    assert "cpu_operand" in patches.installed()
+    a, b = _ramp(2, 3, 4), _ramp(2, 4, 5)
+    for call in (lambda: torch.bmm(a.to(dml_device), b), lambda: torch.matmul(a.to(dml_device), b),
+                 lambda: torch.baddbmm(torch.zeros(2, 3, 5).to(dml_device), a, b.to(dml_device))):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            call()
+    assert_parity(torch.bmm(a.to(dml_device), b.to(dml_device)), torch.bmm(a, b))
+
+
+@pytest.mark.emulated_only(
+    reason="expects emulation.FatalDirectMLError where the real binary ends the process")
+def test_bmm_with_a_cpu_operand_ends_the_process_raw(dml_device, shim_off):
+    with pytest.raises(emulation.FatalDirectMLError, match="terminate called"):
+        torch.bmm(_ramp(2, 3, 4).to(dml_device), _ramp(2, 4, 5))

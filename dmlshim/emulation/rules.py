@@ -232,6 +232,10 @@ UNBOX_MESSAGE = ('tensor.device().type() == at::DeviceType::PrivateUse1 INTERNAL
                  'as inputs')
 
 
+TERMINATE_UNBOX = ("terminate called after throwing an instance of 'c10::Error' (fromTensor at "
+                   "DMLTensor.cpp:30): unbox expects Dml at::Tensor as inputs")
+
+
 def _refuses_cpu_operands(op):
     """A DML kernel that gets its operands as given: not a copy, not one of the kernels
     that take CPU operands, not a CPU fallback (which moves everything anyway)."""
@@ -750,6 +754,10 @@ def default_rules():
              error=FatalDirectMLError, message=fatal_dtype_message,
              source="failure_modes.md #9: a complex result cannot live on DirectML "
                     "(torch.stft, even with return_complex=False)"),
+        Rule(("bmm", "baddbmm", "baddbmm_"), when=_cpu_operand, error=FatalDirectMLError,
+             message=TERMINATE_UNBOX,
+             source="measured on the real 0.2.5 binary (by hand): bmm/baddbmm with a CPU operand "
+                    "end the process (its unbox check thrown where nothing catches it)"),
         Rule(_takes_dml_tensors_only, when=_cpu_operand, message=UNBOX_MESSAGE,
              source="failure_modes.md #10; microsoft/DirectML#442, #397; on the real 0.2.5 "
                     "binary mm, addmm and indexing take CPU operands (measured)"),
