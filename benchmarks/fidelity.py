@@ -65,11 +65,12 @@ def _static_cases():
     def flip_dims(d):
         return torch.arange(6.0).view(2, 3).to(d).flip(-1)
 
-    def cpu_operand(d):
+    def bmm_cpu_operand(d):
         return torch.bmm(torch.ones(1, 2, 3).to(d), torch.ones(1, 3, 2))
 
     return {"bfloat16": bfloat16, "complex": complex_, "prelu_channels": prelu_channels,
-            "sparse": sparse, "flip_dims": flip_dims, "cpu_operand": cpu_operand}
+            "sparse": sparse, "flip_dims": flip_dims,
+            "bmm_cpu_operand": bmm_cpu_operand}
 
 
 def _extra_cases():

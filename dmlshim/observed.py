@@ -321,9 +321,9 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("flip_dims", "none", _REFUSED,
            "flip with a negative dim (x.flip(-1)) or of a 0-dim tensor ends the process (signal 11)",
            None, ("flip_dims",)),
-    Defect("cpu_operand", "none", _REFUSED,
+    Defect("bmm_cpu_operand", "none", _REFUSED,
            "bmm/baddbmm (and matmul of 3-D tensors) with a CPU operand end the process (terminate: "
-           "c10::Error from DMLTensor.cpp:30)", None, ("cpu_operand",)),
+           "c10::Error from DMLTensor.cpp:30)", None, ("bmm_cpu_operand",)),
     Defect("batched_tril_triu", "none", _REFUSED,
            "tril/triu of 3-D and 4-D inputs keep the wrong diagonals (silent; a 1x3x4 triu() drops "
            "[0, 3]); of 5-D refused (E_INVALIDARG)", _probe(_batched_tril_triu), ("batched_tril_triu",)),

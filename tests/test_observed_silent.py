@@ -548,8 +548,8 @@ def test_flip_ends_the_process_raw(dml_device, shim_off, assert_same):
 # ------------------------------------------- bmm with a CPU operand: a static defect (abort)
 def test_bmm_with_a_cpu_operand_raises_torchs_error_with_the_shim(dml_device, shim_off, assert_parity):
     dmlshim.activate()                                      # auto: torch's error is not retried
-    assert probing.last().status["cpu_operand"] == probing.STATIC
-    assert "cpu_operand" in patches.installed()
+    assert probing.last().status["bmm_cpu_operand"] == probing.STATIC
+    assert "bmm_cpu_operand" in patches.installed()
     a, b = _ramp(2, 3, 4), _ramp(2, 4, 5)
     for call in (lambda: torch.bmm(a.to(dml_device), b), lambda: torch.matmul(a.to(dml_device), b),
                  lambda: torch.baddbmm(torch.zeros(2, 3, 5).to(dml_device), a, b.to(dml_device))):
