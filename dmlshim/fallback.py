@@ -164,13 +164,19 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
         out = func(*cpu_args, **cpu_kwargs)
 
         written = {}                           # id(cpu copy) -> original device tensor
+
+        def write_back(orig, cpu):
+            nonlocal h2d
+            if orig.shape != cpu.shape:
+                _resize(orig, cpu.shape, cpu.stride())
+            orig.copy_(cpu)
+            h2d += trace.nbytes(cpu)
+            written[id(cpu)] = orig
+            return orig
+
         for orig, cpu, version in copies.values():
             if cpu._version != version:        # mutated in place or as out=
-                if orig.shape != cpu.shape:
-                    _resize(orig, cpu.shape, cpu.stride())
-                orig.copy_(cpu)
-                h2d += trace.nbytes(cpu)
-                written[id(cpu)] = orig
+                write_back(orig, cpu)
         copied_storages = {_storage_ptr(cpu) for _, cpu, _ in copies.values()}
         returned = {id(cpu): orig for orig, cpu, _ in copies.values()}
 
@@ -181,12 +187,7 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
             if id(x) in written:
                 return written[id(x)]
             if id(x) in returned:              # an argument returned: out= written below the
-                orig = returned[id(x)]         # ADInplaceOrView key, its version unmoved
-                if orig.shape != x.shape:
-                    _resize(orig, x.shape, x.stride())
-                h2d += trace.nbytes(x)
-                written[id(x)] = orig.copy_(x)
-                return orig
+                return write_back(returned[id(x)], x)   # ADInplaceOrView key, its version unmoved
             if id(x) in on_cpu or (stay is not None and x.is_cpu and stay(x)):
                 return x                       # a CPU argument returned as is stays put
             if x.numel() and _storage_ptr(x) in copied_storages:

@@ -604,44 +604,47 @@ def dml_triangle_mask(shape, diagonal: int, upper: bool) -> torch.Tensor:
     return ~_diagonals(d, diagonal + 1, end)
 
 
-def _dml_triangle(rule, op):
-    """The real binary's ``triu``/``tril`` of a batch: the input under its mask."""
-    upper, in_place = op._schema.name.startswith("aten::triu"), op._schema.name.endswith("_")
+def _written_as(rule, op, value):
+    """``rule`` bound to ``op``: its replace computes ``value(*args, **kwargs)`` on CPU aliases
+    and writes it as ``op`` does (in place into ``self``, into ``out``, or returned)."""
+    in_place = op._schema.name.endswith("_")
 
-    def kernel(self, diagonal=0, *, out=None):
-        value = torch.where(dml_triangle_mask(self.shape, diagonal, upper), self,
-                            torch.zeros((), dtype=self.dtype))
+    def kernel(*args, out=None, **kwargs):
+        result = value(*args, **kwargs)
         if in_place:
-            return self.copy_(value)
-        return value if out is None else out.resize_(value.shape).copy_(value)
+            return args[0].copy_(result)
+        return result if out is None else out.resize_(result.shape).copy_(result)
 
     def replace(*args, **kwargs):
         return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
     return dataclasses.replace(rule, replace=replace, bind=None)
+
+
+def _dml_triangle(rule, op):
+    """The real binary's ``triu``/``tril`` of a batch: the input under its mask."""
+    upper = op._schema.name.startswith("aten::triu")
+
+    def value(self, diagonal=0):
+        return torch.where(dml_triangle_mask(self.shape, diagonal, upper), self, torch.zeros((), dtype=self.dtype))
+    return _written_as(rule, op, value)
 
 
 def _index_longer(self, dim, index, *_, **__):
     return index.dim() >= 2 and self.dim() == index.dim() and index.shape[dim] > self.shape[dim]
 
 
-def _dml_scatter_once(rule, op):
+def _scatter_once(self, dim, index, src, *, reduce="add"):
     """The real binary's ``scatter_add``/``scatter(reduce=)``: a place the index names more
     than once gets ``self`` and the last value written there (CPU ``scatter``'s order)."""
-    in_place = op._schema.name.endswith("_")
+    if not isinstance(src, torch.Tensor):
+        src = torch.full(index.shape, src, dtype=self.dtype)
+    src = src[tuple(slice(0, size) for size in index.shape)]
+    old = self.gather(dim, index)
+    return self.scatter(dim, index, old + src if reduce == "add" else old * src)
 
-    def kernel(self, dim, index, src, *, reduce="add", out=None):
-        if not isinstance(src, torch.Tensor):
-            src = torch.full(index.shape, src, dtype=self.dtype)
-        src = src[tuple(slice(0, size) for size in index.shape)]
-        old = self.gather(dim, index)
-        value = self.scatter(dim, index, old + src if reduce == "add" else old * src)
-        if in_place:
-            return self.copy_(value)
-        return value if out is None else out.resize_(value.shape).copy_(value)
 
-    def replace(*args, **kwargs):
-        return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
-    return dataclasses.replace(rule, replace=replace, bind=None)
+def _dml_scatter_once(rule, op):
+    return _written_as(rule, op, _scatter_once)
 
 
 SCATTER_ADDS = ("scatter_add", "scatter_add_", "scatter.reduce", "scatter_.reduce", "scatter.reduce_out",
