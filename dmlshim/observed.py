@@ -146,6 +146,13 @@ def _int_broadcast(device):
     return torch.floor_divide((torch.arange(1, 7) * 10).view(2, 3).to(device), torch.tensor([1, 2, 3]).to(device))
 
 
+def _int_range(device):
+    """`x + 1` and `x.clone()` of int64 `[2**24 + 1, 2**40 + 5]` (the defect: `[2**24, 6]` and
+    `[2**24 + 1, 5]`)."""
+    x = torch.tensor([2 ** 24 + 1, 2 ** 40 + 5]).to(device)
+    return x + 1, x.clone()
+
+
 def _bool_minmax(device):
     """`max()` of a bool mask, added to itself (bool: True; the int32 of the defect: 2)."""
     top = torch.tensor([[True, False], [False, False]]).to(device).max()
@@ -339,6 +346,11 @@ OBSERVED: Tuple[Defect, ...] = (
            "binary ops of operands of different ranks, one of them cast (integer div/remainder/"
            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes): the smaller one read as its "
            "first value (silent)", _probe(_int_broadcast), ("int_broadcast",)),
+    Defect("int_range", "none", _REFUSED,
+           "integer add/sub/mul with a number, neg, pow, floor_divide/remainder and mm compute in "
+           "float32: wrong past 2**24, saturated past int32 (one-byte dtypes past theirs); int64 clone, "
+           "sub, maximum, clamp, sort read values past int32 by their low 32 bits (silent)",
+           _probe(_int_range), ("int_range",)),
     Defect("bool_minmax", "none", _REFUSED, "max()/min() of a bool tensor return int32 (values right)",
            _probe(_bool_minmax), ("bool_minmax",)),
     Defect("empty_unary", "none", _REFUSED,

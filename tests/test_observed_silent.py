@@ -98,7 +98,7 @@ def _mixed_dtypes(d):
     inplace = _ramp(5, 5).to(d)
     inplace.add_(i)
     return (f + i, i - f, f * i, i * f, torch.maximum(f, i), f < i, f >= i, f * i.half(), f + (i > 0),
-            f.long() * i.int(), inplace, 7 / i.view(5, 1) * i, torch.rsub(f, i))
+            f.long() * i.int(), inplace, 7 / i.view(5, 1) * i)
 
 
 def _bool_minmax(d):
@@ -331,6 +331,29 @@ def _scatter_repeated(d):
             torch.zeros(5).to(d).scatter_add(0, torch.tensor([4, 0, 2]).to(d), _ramp(3).to(d)))
 
 
+BIG = [2 ** 40 + 5, -(2 ** 35) + 7, 3, 2 ** 31, -(2 ** 31) - 1]       # past 32 bits
+MID = [2 ** 24 + 1, -(2 ** 24) - 3, 3, 5, -7]                       # past float32's 24 bits
+
+
+def _int_range(d):
+    """int64 past 32 and 24 bits through each law's ops (with a number, neg, pow, // and %, mm;
+    clone, a transposed copy, copy_, sub, maximum, clamp, sort, topk, comparisons), in place,
+    int32 and uint8 results that overflow; values within 2**24 (the device's own route)."""
+    big, mid = torch.tensor(BIG).to(d), torch.tensor(MID).to(d)
+    in_place, copied = mid.clone(), torch.zeros(5, dtype=torch.int64).to(d)
+    in_place.mul_(3).add_(1)
+    copied.copy_(big)
+    small = torch.arange(-3, 4).to(d)
+    return (big + 1, mid + 1, big - 1, 1 - mid, big * 2, mid * 2, mid * 2 ** 33, -big, -mid, big ** 2,
+            torch.tensor([3]).to(d) ** 30, big // 3, mid // 3, big % 1000, mid % 7, torch.arange(-50, 50).to(d) // 7,
+            mid.view(5, 1) @ torch.ones(1, 2, dtype=torch.int64).to(d), big.clone(),
+            torch.stack([big, big.flip(0)]).t().contiguous(), copied, big - torch.ones(5, dtype=torch.int64).to(d),
+            torch.maximum(big, torch.zeros(5, dtype=torch.int64).to(d)), big.clamp(-4, 4), big.clamp_min(0),
+            big.sort(), big.topk(2), big > 2 ** 31 - 1, big.unique(), in_place,
+            torch.tensor([2 ** 30, 7], dtype=torch.int32).to(d) * 4, torch.tensor([200, 7], dtype=torch.uint8).to(d) * 2,
+            small + 1, small * 5, -small, small ** 2, small // small.abs().clamp_min(1), small.clone())
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
           "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast,
           "bool_minmax": _bool_minmax, "var_correction": _var_correction,
@@ -339,7 +362,7 @@ REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_se
           "dropout_backward": _dropout_backward, "int_addmm": _int_addmm, "vector_norm": _vector_norm, "cdist": _cdist,
           "empty_unary": _empty_unary, "bool_exp2": _bool_exp2, "int_pow_zero": _int_pow_zero,
           "linspace_int": _linspace_int, "unique_bytes": _unique_bytes, "batched_tril_triu": _batched_tril_triu,
-          "scatter_repeated": _scatter_repeated}
+          "scatter_repeated": _scatter_repeated, "int_range": _int_range}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
          "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast",
          "bool_minmax": "bool_minmax", "var_correction": "var_correction",
@@ -348,7 +371,7 @@ PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_se
          "dropout_backward": "dropout_backward", "int_addmm": "int_addmm", "vector_norm": "vector_norm", "cdist": "cdist",
          "empty_unary": "empty_unary", "bool_exp2": "bool_exp2", "int_pow_zero": "int_pow_zero",
          "linspace_int": "linspace_int", "unique_bytes": "unique_bytes", "batched_tril_triu": "batched_tril_triu",
-         "scatter_repeated": "scatter_repeated"}
+         "scatter_repeated": "scatter_repeated", "int_range": "int_range"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
@@ -364,14 +387,15 @@ RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast
                             "pow.Scalar"),
             "bool_exp2": ("exp2", "pow.Scalar"), "int_pow_zero": ("pow.Tensor_Tensor", "pow.Scalar"),
             "linspace_int": ("linspace.out",), "unique_bytes": ("_unique2",),
-            "batched_tril_triu": (("triu", "tril", "triu_", "tril_"),), "scatter_repeated": (rules_refused.SCATTER_ADDS,)}
+            "batched_tril_triu": (("triu", "tril", "triu_", "tril_"),), "scatter_repeated": (rules_refused.SCATTER_ADDS,),
+            "int_range": (rules_refused._int_range_ops(), "copy_")}
 
 
 # the defects whose ops other defects' rules watch too (conv_refused's, avg_pool_refused's)
 RULE_TEXT = {"conv_transpose_padding": "output_padding", "avg_pool_ceil": "last window",
              # pow's rules: int_broadcast's, empty_unary's, bool_exp2's, int_pow_zero's
              "int_broadcast": "different ranks", "empty_unary": "of an empty input", "bool_exp2": "gives ones",
-             "int_pow_zero": "int32 maximum"}
+             "int_pow_zero": "int32 maximum", "int_range": "32 bits"}
 
 
 def _rules_of(name):

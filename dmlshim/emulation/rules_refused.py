@@ -226,6 +226,11 @@ def _int_broadcast_overloads():
             for op in OPS]
 
 
+def _int_range_ops():
+    from ..patches.int_range import RULES
+    return tuple(op.name().split("::", 1)[1] for op in RULES)
+
+
 def _bool_input(self, *rest, **kwargs):
     """max()/min() (no dim, no other) of a bool tensor."""
     return self.dtype == torch.bool and not rest and not kwargs
@@ -629,6 +634,55 @@ def _dml_triangle(rule, op):
     return _written_as(rule, op, value)
 
 
+def _low32(value):
+    """An int64 tensor as the real binary reads it by 32 bits: its low word, sign-extended."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.int64:
+        return value.to(torch.int32).to(torch.int64)
+    return value
+
+
+def _dml_integers(rule, op):
+    """The real binary's integer arithmetic (``patches/int_range.py``), where the values leave
+    the span it keeps exact: int64 operands by their low 32 bits, then, for the float32 law,
+    the op in float32 (floor division by a number as ``floor(x * (1/n))``) and the result
+    saturated to int32's range (a narrower dtype's own)."""
+    from ..patches import int_range
+
+    def when(*args, **kwargs):
+        return int_range.outside(op, tuple(_host_of(a) for a in args), kwargs)
+
+    def value(*args, **kwargs):
+        law = int_range.law_of(op, args)
+        args = tuple(_low32(a) for a in args)
+        if law == int_range.BITS32:
+            return op(*args, **kwargs)
+        dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
+        info = torch.iinfo(torch.int32 if dtype == torch.int64 else dtype)
+        floats = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in args)
+        if int_range.floor_by_number(op, args, kwargs):      # x times 1/n, in float32
+            reciprocal = 1 / torch.as_tensor(floats[1], dtype=torch.float32)
+            return torch.floor(floats[0] * reciprocal).double().clamp(info.min, info.max).to(dtype)
+        return op(*floats, **kwargs).double().clamp(info.min, info.max).to(dtype)
+    return dataclasses.replace(_written_as(rule, op, value), when=when)
+
+
+def _host_of(value):
+    return _backend.cpu_alias(value) if isinstance(value, torch.Tensor) and not value.is_cpu else value
+
+
+def _int64_copy_past_32_bits(self, src, *_, **__):
+    from ..patches import int_range
+    return (not self.is_cpu and isinstance(src, torch.Tensor) and not src.is_cpu
+            and self.dtype == src.dtype == torch.int64
+            and int_range.outside(torch.ops.aten.clone.default, (_host_of(src),), {}))
+
+
+def _dml_int64_copy(self, src, *_, **__):
+    """The real binary's int64 copy between device tensors: the source's low 32 bits."""
+    _backend.cpu_alias(self).copy_(_low32(_backend.cpu_alias(src)))
+    return self
+
+
 def _index_longer(self, dim, index, *_, **__):
     return index.dim() >= 2 and self.dim() == index.dim() and index.shape[dim] > self.shape[dim]
 
@@ -708,6 +762,12 @@ def refused_cases():
              source=BY_HAND.format("scatter_add with an index longer than self along dim (E_INVALIDARG)")),
         dict(op=SCATTER_ADDS, bind=_dml_scatter_once,
              source=BY_HAND.format("scatter_add with a repeated index writes the place once (silent)")),
+        dict(op=_int_range_ops(), bind=_dml_integers,
+             source=BY_HAND.format("integer add/sub/mul with a number, neg, pow, // and %, mm in float32 "
+                                   "(saturated); int64 clone/sub/maximum/clamp/sort/comparisons by 32 bits "
+                                   "(silent)")),
+        dict(op="copy_", when=_int64_copy_past_32_bits, replace=_dml_int64_copy,
+             source=BY_HAND.format("int64 copy_ between device tensors keeps the low 32 bits (silent)")),
         dict(op="masked_select", when=_input_broadcasts, replace=_dml_masked_select,
              source=SOURCE.format("masked_select with an input that broadcasts to the mask (silent)")),
         dict(op=("replication_pad1d", "replication_pad2d"), when=_negative_begin, replace=_dml_replication_pad,

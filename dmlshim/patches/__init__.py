@@ -155,6 +155,9 @@ REGISTRY: Tuple[Patch, ...] = (
                           "the real 0.2.5 binary): on the CPU"),
     Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
                           "on the real 0.2.5 binary): flattened, widened to int32, on the device"),
+    Patch("int_range", "integer arithmetic computes in float32 (add/sub/mul with a number, neg, pow, // and %, "
+                       "mm): exact only within 2**24, saturating; int64 clone/sub/maximum/clamp/sort read 32 "
+                       "bits (measured on the real 0.2.5 binary): calls whose values leave that span on the CPU"),
     Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
                            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
                            "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "

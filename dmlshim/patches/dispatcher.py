@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import Callable, Dict, NamedTuple, Optional
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -34,20 +34,36 @@ _BOOL = torch.bool
 Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], object]
 
 
-# Another patch's fix of mul's operands, asked when no operand is bool: (args, kwargs) ->
-# None or the fixed (args, kwargs). int_broadcast sets it while installed (one Python
-# BackendSelect kernel per overload: the net's mul kernel serves both).
-mul_operands_fix: Optional[Callable[[tuple, dict], object]] = None
+# Other patches' fixes of mul's operands, asked in turn when no operand is bool:
+# fix(op, args, kwargs) -> None or what a Fix returns.  int_broadcast and int_range add
+# theirs while installed (one Python BackendSelect kernel per overload: the net's mul
+# kernel serves them all).  A tuple, replaced whole: a call reads it without a lock.
+mul_operand_fixes: Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...] = ()
+
+
+def add_mul_operands_fix(fix) -> None:
+    global mul_operand_fixes
+    if fix not in mul_operand_fixes:
+        mul_operand_fixes += (fix,)
+
+
+def remove_mul_operands_fix(fix) -> None:
+    global mul_operand_fixes
+    mul_operand_fixes = tuple(f for f in mul_operand_fixes if f is not fix)
 
 
 def _bool_operand(inplace: bool) -> Fix:
     """mul's fix, ``mul.coerce_bool_operands``, behind a cheap test for a bool operand
-    (the dispatcher passes ``self`` and ``other`` positionally); else :data:`mul_operands_fix`."""
+    (the dispatcher passes ``self`` and ``other`` positionally); else the first answer of
+    :data:`mul_operand_fixes`."""
     def fix(op, keyset, args, kwargs):
         if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
             return coerce_bool_operands(args, kwargs, inplace)
-        other = mul_operands_fix
-        return other(args, kwargs) if other is not None else None
+        for other in mul_operand_fixes:
+            fixed = other(op, args, kwargs)
+            if fixed is not None:
+                return fixed
+        return None
     return fix
 
 
@@ -87,6 +103,22 @@ class Done(NamedTuple):
 # (kwarg-only ones, e.g. out=, in kwargs), a wrapped number already a 0-dim tensor
 # (``fix_kernel``).  Called only for calls with a tensor on the target device.  One entry
 # per overload the quirk reaches; add future silent quirks here.
+def _number_minus_tensor(op, keyset, args, kwargs):
+    """``rsub.Scalar`` (``7 - x``) as ``x * -alpha + 7``, the numbers wrapped on the CPU as
+    ``x * 2`` passes them.  The real 0.2.5 binary's ``rsub.Scalar`` wraps the number on the
+    device and calls ``sub``/``rsub.Tensor`` with it, which no Python kernel there (the
+    reported-defect fixes') can receive: torch's INTERNAL ASSERT "tensor.device().is_cpu()"
+    (measured); a CPU-wrapped ``self`` of ``sub`` swaps the operands.  ``1.0 - x`` no longer
+    makes a float64 number on the device either (failure_modes.md #7).  A bool ``self`` gets
+    torch's own error."""
+    self, number = args[0], args[1]
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    if self.dtype is _BOOL:
+        _aten.rsub.Scalar(torch.empty(self.shape, dtype=_BOOL, device="meta"), number, alpha=alpha)
+    product = _aten.mul.Tensor(*fallback.numbers_as_tensors(_aten.mul.Tensor, (self, -alpha)))
+    return Done(_aten.add.Tensor(*fallback.numbers_as_tensors(_aten.add.Tensor, (product, number))))
+
+
 FIXES: Dict[torch._ops.OpOverload, Fix] = {
     # failure_modes.md #17, DirectML#686, #737: float x bool gives bool.  torch-directml
     # has one kernel, mul.out (dml_registered_ops.txt); mul.Tensor and mul_.Tensor reach it
@@ -102,6 +134,7 @@ FIXES: Dict[torch._ops.OpOverload, Fix] = {
     # failure_modes.md #19, #20: an empty input to cat fails ("The parameter is
     # incorrect."); stack and C++ composites (torch.combinations) reach cat too.
     _aten.cat.default: _drop_empty,
+    _aten.rsub.Scalar: _number_minus_tensor,
     # Never aten::copy_: a Python BackendSelect kernel that redispatches it breaks every
     # torch-directml copy on the real 0.2.5 binary (garbage values); patches/upload.py.
 }

@@ -11,7 +11,7 @@ fewer dimensions, defect ``broadcast_copy``): ``add``, ``sub``, ``rsub``, ``mul`
 the same rank ((2, 3) with (2, 1), (2, 3) with (1, 3)), a 0-dim operand (``x // 2``) and
 operands expanded beforehand are right, so the fix gives the smaller operand leading size-1
 dimensions (a view) and stays on the device.  ``mul``'s BackendSelect kernel is the dispatcher
-net's (float x bool) when that one is on: it asks :func:`mul_fix` here (``dispatcher.mul_operands_fix``).  No public report
+net's (float x bool) when that one is on: it asks :func:`mul_fix` here (``dispatcher.mul_operand_fixes``).  No public report
 (OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand, ``__rdiv__``'s
 ``reciprocal(int64) * int64``).
 """
@@ -29,7 +29,9 @@ INTEGER_OPS = (_aten.div.Tensor, _aten.div.Tensor_mode, _aten.div_.Tensor, _aten
                _aten.floor_divide_.Tensor, _aten.atan2.default, _aten.atan2_.default,
                _aten.pow.Tensor_Tensor, _aten.pow_.Tensor)
 # these cast an operand only when the dtypes differ (int64 + int64 of different ranks is right)
-MIXED_OPS = (_aten.add.Tensor, _aten.add_.Tensor, _aten.sub.Tensor, _aten.sub_.Tensor, _aten.rsub.Tensor,
+# Not rsub.Tensor: the real binary's rsub.Scalar (``7 - x``) calls it with the number wrapped on
+# the device, which no Python kernel can receive (torch's INTERNAL ASSERT "tensor.device().is_cpu()")
+MIXED_OPS = (_aten.add.Tensor, _aten.add_.Tensor, _aten.sub.Tensor, _aten.sub_.Tensor,
        _aten.maximum.default, _aten.minimum.default,
        _aten.eq.Tensor, _aten.ne.Tensor, _aten.lt.Tensor, _aten.le.Tensor, _aten.gt.Tensor, _aten.ge.Tensor)
 MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)        # a MIXED_OPS member, with the dispatcher's kernel
@@ -63,9 +65,9 @@ def _same_rank(op, keyset, args, kwargs):
     return leading_ones(a, b) + tuple(args[2:]), kwargs
 
 
-def mul_fix(args, kwargs):
+def mul_fix(op, args, kwargs):
     """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix)."""
-    return _same_rank(None, None, args, kwargs)
+    return _same_rank(op, None, args, kwargs)
 
 
 _kernels = _select.Kernels({op: _same_rank for op in INTEGER_OPS + MIXED_OPS})
@@ -77,13 +79,13 @@ def install(ctx) -> None:
     :func:`mul_fix`: one Python BackendSelect kernel per overload)."""
     from . import dispatcher
     _kernels.install(ctx)
-    dispatcher.mul_operands_fix = mul_fix
+    dispatcher.add_mul_operands_fix(mul_fix)
     if not all(dispatcher.holds(op) for op in MUL):
         _mul_kernels.install(ctx)
 
 
 def uninstall() -> None:
     from . import dispatcher
-    dispatcher.mul_operands_fix = None
+    dispatcher.remove_mul_operands_fix(mul_fix)
     _mul_kernels.uninstall()
     _kernels.uninstall()

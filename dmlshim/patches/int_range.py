@@ -1,0 +1,260 @@
+"""Integer arithmetic past float32's 24 bits, and int64 values past 32 bits, are silently wrong
+on the real torch-directml 0.2.5 binary.
+
+Two laws, measured (docs/defects.md, "Integers past 24 and 32 bits"):
+
+* **through float32**: integer ``add``/``sub``/``rsub``/``mul`` with a number, ``neg``,
+  ``pow``, ``floor_divide``/``div(rounding_mode=)``/``remainder`` and integer ``mm``/
+  ``addmm``/``bmm``/``baddbmm`` compute in float32 and saturate: exact only while every
+  operand and the result lie within 2**24 (``16777217 + 1`` gives 16777216), int32 and int64
+  results clamped to int32's range (``2**30 * 4`` gives 2147483647, the CPU wraps to 0),
+  one-byte results to their dtype's (uint8 ``200 * 2`` gives 255, the CPU 144);
+* **32 bits**: int64 ``clone`` (so ``contiguous``), ``copy_`` between device tensors, ``sub``
+  of two tensors, ``maximum``/``minimum``, ``clamp``, comparisons, ``sort``/``topk`` and
+  ``unique`` read values past int32's range by their low 32 bits (``x.clone()`` of
+  ``2**40 + 5`` gives 5; 2**31 sorts before 3).
+
+Round trips, ``sum``/``cumsum``/``max``, ``cat``, indexing, casts, ``fmod`` (torch-directml's
+CPU fallback) and ``add``/``mul`` of two tensors keep every int64 bit.  The fix keeps a call
+on the device when its values allow it: a ``min`` and a ``max`` per tensor operand (one device
+sync) give each operand's range, the op's result range follows by interval arithmetic, and a
+call whose ranges leave the exact span runs on the CPU.  Not held: ``arange`` past 32 bits,
+``index_put`` of such values, and the ``out=`` overloads (docs/realdml.md, "Open on the real
+binary").  No public report; ONNX Runtime's DirectML provider maps 64-bit integers to strided
+32-bit ones on devices without them (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+from . import _select
+from ._wrap import PatchSet
+
+_aten = torch.ops.aten
+Span = Tuple[int, int]
+FLOAT_EXACT = 2 ** 24                 # float32 holds every integer of this magnitude
+
+
+def _span(value) -> Optional[Span]:
+    """``value``'s least and greatest element (a number is both), None for a float, bool or
+    complex one.  A device tensor costs a ``min``, a ``max`` and one sync (``aminmax`` is
+    torch-directml's CPU fallback)."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            return None
+        if value.numel() == 0:
+            return (0, 0)
+        return tuple(torch.stack([value.min(), value.max()]).tolist())
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return (value, value)
+
+
+def _add(a: Span, b: Span) -> Span:
+    return (a[0] + b[0], a[1] + b[1])
+
+
+def _mul(a: Span, b: Span) -> Span:
+    products = [x * y for x in a for y in b]
+    return (min(products), max(products))
+
+
+def _neg(a: Span) -> Span:
+    return (-a[1], -a[0])
+
+
+def _magnitude(*spans: Span) -> int:
+    return max(abs(v) for s in spans for v in s)
+
+
+def _symmetric(bound: int) -> Span:
+    return (-bound, bound)
+
+
+# The result's span from the measured operands' spans: f(spans, args, kwargs).  ``alpha`` and
+# ``beta`` are keyword-only in these schemas, so the dispatcher hands them in ``kwargs``.
+def _sum(spans, args, kwargs):
+    alpha = kwargs.get("alpha", 1)
+    return _add(spans[0], _mul(spans[1], (alpha, alpha)))
+
+
+def _difference(spans, args, kwargs):
+    alpha = kwargs.get("alpha", 1)
+    return _add(spans[0], _neg(_mul(spans[1], (alpha, alpha))))
+
+
+def _product(spans, args, kwargs):
+    return _mul(spans[0], spans[1])
+
+
+def _negation(spans, args, kwargs):
+    return _neg(spans[0])
+
+
+def _power(spans, args, kwargs):
+    base, top = _magnitude(spans[0]), max(spans[1][1], 0)
+    return _symmetric(base ** top if base <= 1 or top <= 64 else 2 ** 64)
+
+
+def _quotient(spans, args, kwargs):
+    return _symmetric(_magnitude(*spans))
+
+
+def _matrix_product(spans, args, kwargs):
+    """k products of an element of each matrix (k their inner size), plus ``beta * input``."""
+    *bias, a, b = spans
+    bound = args[-1].shape[-2] * abs(kwargs.get("alpha", 1)) * _magnitude(_mul(a, b))
+    return _symmetric(bound + (abs(kwargs.get("beta", 1)) * _magnitude(bias[0]) if bias else 0))
+
+
+def _unchanged(spans, args, kwargs):
+    return (min(s[0] for s in spans), max(s[1] for s in spans))
+
+
+FLOAT32, BITS32 = "through float32", "32 bits"
+# op -> (the result's span, which arguments to measure, the law)
+RULES: Dict[torch._ops.OpOverload, Tuple[Callable, Tuple[int, ...], str]] = {}
+
+
+def _rules(ops, span_of, measured, law):
+    RULES.update({op: (span_of, measured, law) for op in ops})
+
+
+_rules((_aten.add.Tensor, _aten.add_.Tensor, _aten.add.Scalar, _aten.add_.Scalar), _sum, (0, 1), FLOAT32)
+_rules((_aten.sub.Tensor, _aten.sub_.Tensor, _aten.sub.Scalar, _aten.sub_.Scalar), _difference, (0, 1), FLOAT32)
+_rules((_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.Scalar, _aten.mul_.Scalar), _product, (0, 1), FLOAT32)
+_rules((_aten.neg.default, _aten.neg_.default), _negation, (0,), FLOAT32)
+_rules((_aten.pow.Tensor_Scalar, _aten.pow_.Scalar, _aten.pow.Tensor_Tensor, _aten.pow_.Tensor, _aten.pow.Scalar),
+       _power, (0, 1), FLOAT32)
+_rules((_aten.floor_divide.default, _aten.floor_divide_.Tensor, _aten.floor_divide.Scalar,
+        _aten.div.Tensor_mode, _aten.div_.Tensor_mode, _aten.div.Scalar_mode, _aten.remainder.Tensor,
+        _aten.remainder_.Tensor, _aten.remainder.Scalar, _aten.remainder_.Scalar), _quotient, (0, 1), FLOAT32)
+_rules((_aten.mm.default, _aten.bmm.default), _matrix_product, (0, 1), FLOAT32)
+_rules((_aten.addmm.default, _aten.addmm_.default, _aten.baddbmm.default, _aten.baddbmm_.default),
+       _matrix_product, (0, 1, 2), FLOAT32)
+_rules((_aten.clone.default, _aten.clamp.default, _aten.clamp_.default, _aten.sort.default,
+        _aten.sort.stable, _aten.topk.default), _unchanged, (0,), BITS32)
+_rules((_aten.clamp_min.default, _aten.clamp_min_.default, _aten.clamp_max.default, _aten.clamp_max_.default,
+        _aten._unique2.default), _unchanged, (0,), BITS32)
+_rules((_aten.maximum.default, _aten.minimum.default), _unchanged, (0, 1), BITS32)
+_COMPARISONS = tuple(getattr(getattr(_aten, name), overload) for name in ("lt", "le", "gt", "ge")
+                     for overload in ("Scalar", "Tensor"))
+_rules(_COMPARISONS, _unchanged, (0, 1), BITS32)
+MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)       # the dispatcher net's kernel asks mul_fix
+# two tensors: add and mul keep every bit, sub reads int64 by 32 bits, and comparisons too
+_TWO_TENSORS = {op: BITS32 for op in (_aten.sub.Tensor, _aten.sub_.Tensor) + _COMPARISONS}
+
+
+# floor division by a number is floor(x * (1/n)) in float32: wrong at some multiples of n below
+# 0 whatever their size (-49 // 7 gives -8; 39 of the divisors 1 to 129 over -3000..3000)
+_FLOORS = (_aten.floor_divide.default, _aten.floor_divide_.Tensor, _aten.floor_divide.Scalar)
+_MODES = (_aten.div.Tensor_mode, _aten.div_.Tensor_mode, _aten.div.Scalar_mode)
+
+
+def floor_by_number(op, args, kwargs) -> bool:
+    """An integer floor division by a number (``x // 7``, ``div(x, 7, rounding_mode="floor")``)."""
+    return ((op in _FLOORS or (op in _MODES and kwargs.get("rounding_mode") == "floor"))
+            and len(args) > 1 and _number(args[1]))
+
+
+def _exact(dtype: torch.dtype, law: str) -> Span:
+    """The values ``dtype`` keeps exactly under ``law``."""
+    info = torch.iinfo(dtype)
+    bound = 2 ** 31 if law == BITS32 else FLOAT_EXACT
+    return (max(info.min, -bound), min(info.max, bound - 1 if law == BITS32 else bound))
+
+
+def _number(value) -> bool:
+    """A Python number, or the 0-dim CPU tensor a number becomes (``x + 1``)."""
+    return not isinstance(value, torch.Tensor) or (value.dim() == 0 and value.is_cpu)
+
+
+def _integral(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def law_of(op, args) -> Optional[str]:
+    """Which law ``op`` computes these arguments by (:data:`FLOAT32`, :data:`BITS32`), None
+    where the defect leaves the call alone: float or bool dtypes, two tensors where only a
+    number goes through float32 (``add`` and ``mul`` of two tensors keep every bit)."""
+    rule = RULES.get(op)                # mul's net kernel asks for mul.out too
+    tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if rule is None or tensor is None or not _integral(tensor.dtype):
+        return None
+    law = rule[2]
+    if (op in _TWO_TENSORS or op in MUL or op in (_aten.add.Tensor, _aten.add_.Tensor)) \
+            and isinstance(args[1], torch.Tensor) and not _number(args[1]):
+        law = _TWO_TENSORS.get(op)
+    return None if law is None or (law == BITS32 and tensor.dtype != torch.int64) else law
+
+
+def outside(op, args, kwargs) -> bool:
+    """Whether the call's operands or result leave the span its law keeps exact (the failing
+    case); False for the calls :func:`law_of` leaves alone and for a float operand."""
+    law = law_of(op, args)
+    if law is None:
+        return False
+    if floor_by_number(op, args, kwargs):
+        return True
+    span_of, measured, _ = RULES[op]
+    spans = []
+    for i in measured:
+        value = args[i] if i < len(args) else None
+        span = _span(value.item() if isinstance(value, torch.Tensor) and _number(value) else value)
+        if span is None:
+            return False                # a float operand: the call computes in float anyway
+        spans.append(span)
+    lo, hi = _exact(next(a for a in args if isinstance(a, torch.Tensor)).dtype, law)
+    return any(s[0] < lo or s[1] > hi for s in spans + [span_of(spans, args, kwargs)])
+
+
+def _guarded(op, keyset, args, kwargs):
+    """The call on the CPU when its values leave the exact span, else through unchanged."""
+    return _select.on_cpu(op, args, kwargs) if outside(op, args, kwargs) else None
+
+
+def mul_fix(op, args, kwargs):
+    """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix)."""
+    return _guarded(op, None, args, kwargs)
+
+
+def _copy(func, args, kwargs):
+    """``Tensor.copy_`` between int64 device tensors: from a CPU copy of a source past 32 bits
+    (a BackendSelect kernel for ``aten::copy_`` breaks torch-directml's copies: broadcast_copy)."""
+    self, src = args[0], (args[1] if len(args) > 1 else kwargs.pop("src"))
+    if (isinstance(src, torch.Tensor) and not src.is_cpu and src.dtype == torch.int64
+            and outside(_aten.clone.default, (src,), {})):
+        return "cpu source", func(self, src.cpu(), *args[2:], **kwargs)
+    return "pass", func(self, src, *args[2:], **kwargs)
+
+
+def _int64_on(target: str):
+    def select(instance, args, kwargs):
+        return not instance.is_cpu and instance.dtype == torch.int64 and instance.device.type == target
+    return select
+
+
+_kernels = _select.Kernels({op: _guarded for op in RULES if op not in MUL})
+_mul_kernels = _select.Kernels({op: _guarded for op in MUL})
+_patches = PatchSet(__name__)
+
+
+def install(ctx) -> None:
+    """The kernels, ``mul``'s through the dispatcher net's kernel where it holds one, and
+    ``Tensor.copy_``'s Python entry point."""
+    from . import dispatcher
+    _kernels.install(ctx)
+    _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target))
+    dispatcher.add_mul_operands_fix(mul_fix)
+    if not all(dispatcher.holds(op) for op in MUL):
+        _mul_kernels.install(ctx)
+
+
+def uninstall() -> None:
+    from . import dispatcher
+    _patches.restore()
+    dispatcher.remove_mul_operands_fix(mul_fix)
+    _mul_kernels.uninstall()
+    _kernels.uninstall()

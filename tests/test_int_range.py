@@ -1,0 +1,106 @@
+"""Integers past float32's 24 bits and int64 past 32 bits (patches/int_range.py): the laws the
+fix decides by, its selectivity (values within the exact span stay on the device), and a
+property test of the fix against the CPU.  The repro both ways is ``test_observed_silent``'s
+(``int_range``).  The tests without the marker run on the real device too."""
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import dmlshim
+from dmlshim import fallback
+from dmlshim.patches import int_range
+from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("op, args, kwargs, outside", [
+    (aten.add.Tensor, (torch.tensor([2 ** 24 - 1]), torch.tensor(1)), {}, False),
+    (aten.add.Tensor, (torch.tensor([2 ** 24]), torch.tensor(1)), {}, True),       # the result leaves
+    (aten.add.Tensor, (torch.tensor([2 ** 24 + 1]), torch.tensor([1])), {}, False),  # two tensors: exact
+    (aten.add.Tensor, (torch.tensor([3]), torch.tensor(1)), {"alpha": 2 ** 24}, True),
+    (aten.sub.Tensor, (torch.tensor([2 ** 31]), torch.tensor([1])), {}, True),      # two int64: 32 bits
+    (aten.sub.Tensor, (torch.tensor([2 ** 31], dtype=torch.float64), torch.tensor(1)), {}, False),
+    (aten.sub.Tensor, (torch.tensor([2 ** 30], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)), {}, False),
+    (aten.mul.Tensor, (torch.tensor([4097]), torch.tensor(4096)), {}, True),
+    (aten.mul.Tensor, (torch.tensor([4096]), torch.tensor(4096)), {}, False),
+    (aten.mul.Tensor, (torch.tensor([4097]), torch.tensor(4096.0)), {}, False),    # a float: float math
+    (aten.mul.Tensor, (torch.tensor([200], dtype=torch.uint8), torch.tensor(2)), {}, True),
+    (aten.mul.Tensor, (torch.tensor([100], dtype=torch.uint8), torch.tensor(2)), {}, False),
+    (aten.neg.default, (torch.tensor([-(2 ** 24)]),), {}, False),
+    (aten.pow.Tensor_Scalar, (torch.tensor([4]), 12), {}, False),
+    (aten.pow.Tensor_Scalar, (torch.tensor([4]), 13), {}, True),
+    (aten.floor_divide.default, (torch.tensor([2 ** 24 + 1]), torch.tensor(3)), {}, True),
+    (aten.floor_divide.default, (torch.tensor([-49]), torch.tensor(7)), {}, True),        # by a number
+    (aten.floor_divide.default, (torch.tensor([-49]), torch.tensor([7])), {}, False),
+    (aten.div.Tensor_mode, (torch.tensor([-49]), torch.tensor(7)), {"rounding_mode": "trunc"}, False),
+    (aten.div.Tensor_mode, (torch.tensor([-49]), torch.tensor(7)), {"rounding_mode": "floor"}, True),
+    (aten.mm.default, (torch.full((1, 3), 2 ** 11), torch.full((3, 1), 2 ** 11)), {}, False),
+    (aten.mm.default, (torch.full((1, 5), 2 ** 12), torch.full((5, 1), 2 ** 11)), {}, True),
+    (aten.clone.default, (torch.tensor([2 ** 31 - 1, -(2 ** 31)]),), {}, False),
+    (aten.clone.default, (torch.tensor([2 ** 31]),), {}, True),
+    (aten.clone.default, (torch.tensor([2 ** 31], dtype=torch.float32),), {}, False),
+    (aten.gt.Scalar, (torch.tensor([2 ** 31]), 0), {}, True),
+    (aten.gt.Tensor, (torch.tensor([2 ** 24 + 1]), torch.tensor([0])), {}, False),
+])
+def test_outside_follows_the_laws(op, args, kwargs, outside):
+    assert int_range.outside(op, args, kwargs) is outside
+
+
+@pytest.mark.parametrize("dtype, law, span", [
+    (torch.int64, int_range.FLOAT32, (-(2 ** 24), 2 ** 24)), (torch.int32, int_range.FLOAT32, (-(2 ** 24), 2 ** 24)),
+    (torch.int64, int_range.BITS32, (-(2 ** 31), 2 ** 31 - 1)), (torch.uint8, int_range.FLOAT32, (0, 255)),
+    (torch.int8, int_range.FLOAT32, (-128, 127)), (torch.int16, int_range.FLOAT32, (-(2 ** 15), 2 ** 15 - 1)),
+])
+def test_exact_spans(dtype, law, span):
+    assert int_range._exact(dtype, law) == span
+
+
+def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, monkeypatch, assert_parity):
+    dmlshim.activate(fallback="known")
+    calls = []
+    real = fallback.run_on_cpu
+    monkeypatch.setattr(fallback, "run_on_cpu", lambda *a, **k: calls.append(k.get("op")) or real(*a, **k))
+
+    def work(d):
+        x = torch.arange(-50, 50).to(d)
+        return (x + 1, x * 3, -x, x ** 2, x // torch.full_like(x, 7), x % 7, x.clone(), x.sort().values, x - x.flip(0),
+                x.view(10, 10) @ x.view(10, 10), torch.maximum(x, x.flip(0)), x.clamp(-5, 5), x > 3)
+
+    device_results = work(dml_device)
+    assert calls == []
+    assert_parity(device_results, work(torch.device("cpu")))
+    (torch.tensor([2 ** 40]).to(dml_device) + 1).cpu()
+    (torch.arange(3).to(dml_device) // 2).cpu()              # floor division by a number: always
+    assert calls == ["aten::add.Tensor", "aten::floor_divide"]
+
+
+def test_a_number_minus_a_tensor_with_the_shim(dml_device, shim_off, assert_parity):
+    """``7 - x`` is ``rsub.Scalar``, which the real binary computes through ``rsub.Tensor`` with
+    the number wrapped on the device: a Python kernel there ended in torch's INTERNAL ASSERT
+    (int_broadcast and int_range held one)."""
+    dmlshim.activate(fallback="known")
+    for x in (torch.tensor([5.0, -3.0]), torch.tensor([5, -3]), torch.tensor([2 ** 40, 3])):
+        assert_parity(7 - x.to(dml_device), 7 - x)
+        assert_parity(torch.rsub(x.to(dml_device), 2), torch.rsub(x, 2))
+
+
+_OPS = {"add": lambda x, n: x + n, "sub": lambda x, n: x - n, "rsub": lambda x, n: n - x,
+        "mul": lambda x, n: x * n, "neg": lambda x, n: -x, "floordiv": lambda x, n: x // (abs(n) or 1),
+        "remainder": lambda x, n: x % (abs(n) or 1), "clone": lambda x, n: x.clone(),
+        "sub_tensor": lambda x, n: x - x.flip(0), "maximum": lambda x, n: torch.maximum(x, x.flip(0)),
+        "clamp_min": lambda x, n: x.clamp_min(n), "sort": lambda x, n: x.sort().values,
+        "lt": lambda x, n: x < n, "in_place": lambda x, n: x.clone().mul_(n).add_(n)}
+_INT64 = st.integers(-(2 ** 62), 2 ** 62)
+_VALUES = st.one_of(st.integers(-(2 ** 26), 2 ** 26), st.integers(-(2 ** 33), 2 ** 33), _INT64)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(_VALUES, min_size=1, max_size=6), number=st.integers(-(2 ** 20), 2 ** 20),
+       op=st.sampled_from(sorted(_OPS)))
+def test_property_with_the_shim_equals_cpu(dml_device, default_shim, values, number, op):
+    if op in ("mul", "in_place"):
+        values = [v >> 21 for v in values]                  # no int64 overflow on the CPU
+    x = torch.tensor(values, dtype=torch.int64)
+    expected, actual = _OPS[op](x, number), _OPS[op](x.to(dml_device), number).cpu()
+    assert torch.equal(actual, expected), (op, values, number, actual, expected)
