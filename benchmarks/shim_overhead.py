@@ -55,6 +55,7 @@ def pass_through(dev, quick):
     """Rows for calls that need no action, with the shim off and on."""
     a, b = torch.randn(64), torch.randn(64)
     ad, bd = a.to(dev), b.to(dev)
+    id_ = torch.arange(64).to(dev)
     w = torch.randn(4, 4, 3)
     x, xd, wd = torch.randn(1, 4, 16), torch.randn(1, 4, 16).to(dev), w.to(dev)
     cases = {
@@ -67,6 +68,9 @@ def pass_through(dev, quick):
         "device: torch.cat([a, b])": lambda: torch.cat([ad, bd]),
         "device: F.conv1d (float input)": lambda: F.conv1d(xd, wd),
         "device: x.to(float32)": lambda: ad.to(torch.float32),
+        "device: x.clone()": lambda: ad.clone(),
+        "device: x > 0": lambda: ad > 0,
+        "device: int64 i + 1 (range checked)": lambda: id_ + 1,
     }
     number = 300 if quick else 2000
     rows = []

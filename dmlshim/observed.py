@@ -345,12 +345,12 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("int_broadcast", "none", _REFUSED,
            "binary ops of operands of different ranks, one of them cast (integer div/remainder/"
            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes): the smaller one read as its "
-           "first value (silent)", _probe(_int_broadcast), ("int_broadcast",)),
+           "first value (silent)", _probe(_int_broadcast), ("int_broadcast", "dispatcher:rsub")),
     Defect("int_range", "none", _REFUSED,
            "integer add/sub/mul with a number, neg, pow, floor_divide/remainder and mm compute in "
            "float32: wrong past 2**24, saturated past int32 (one-byte dtypes past theirs); int64 clone, "
            "sub, maximum, clamp, sort read values past int32 by their low 32 bits (silent)",
-           _probe(_int_range), ("int_range",)),
+           _probe(_int_range), ("int_range", "dispatcher:rsub")),
     Defect("bool_minmax", "none", _REFUSED, "max()/min() of a bool tensor return int32 (values right)",
            _probe(_bool_minmax), ("bool_minmax",)),
     Defect("empty_unary", "none", _REFUSED,

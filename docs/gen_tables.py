@@ -12,6 +12,7 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: fidelity defects -->        emulator vs real binary, per defect (benchmarks/fidelity.py)
     <!-- results: fidelity routing -->        per aten overload OpInfo reaches (benchmarks/fidelity_routing.py)
     <!-- results: doctor FILE.json [FILE.json ...] --> `dmlshim doctor --json` reports, side by side
+    <!-- results: integers FILE.json FILE.json ... --> benchmarks/realdml_gpu/integers.py runs, side by side
 
 Every table says where its figures come from: the file, the date, the machine and the
 torch lane of the run (a file without a ``machine`` record: its commit date).
@@ -64,12 +65,15 @@ def _table(kind, arg, pattern=None):
         return doctor_table([arg] + (pattern.split() if pattern else []))
     if kind == "repro" and arg and pattern:
         return repro_table([arg] + pattern.split())
+    if kind == "integers" and arg:
+        return integers_table([arg] + (pattern.split() if pattern else []))
     if kind in _NAMED and arg is None:
         return _NAMED[kind]()
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
                      "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', "
-                     "'fidelity defects', 'fidelity routing', 'repro FILE.json FILE.json ...'")
+                     "'fidelity defects', 'fidelity routing', 'repro FILE.json FILE.json ...', "
+                     "'integers FILE.json ...'")
 
 
 def _load(name):
@@ -284,6 +288,27 @@ def repro_table(names):
     rows = [f"| `{row}` | " + " | ".join(_cell(cell(d["rows"].get(row, "-"))) for _, d in runs) + " |"
             for row in runs[0][1]["rows"]]
     return "\n".join(head + rows)
+
+
+def integers_table(names):
+    """``benchmarks/realdml_gpu/integers.py`` runs side by side: per call and value set, whether
+    the device's answer equals the CPU's on each adapter, raw or with dmlshim."""
+    runs = [(name, _load(name)) for name in names]
+    head = ["| call / values | " + " | ".join(
+        f"{_cell(d['adapter'].strip())}, {'dmlshim' if d.get('shim') else 'raw'} (`{n}`)" for n, d in runs) + " |",
+        "|---|" + "---|" * len(runs)]
+
+    def cell(value):
+        if value is None:
+            return "-"
+        if "error" in value:
+            return "error: " + value["error"][:60]
+        return "right" if value["equal"] else "**wrong**"
+    rows = [f"| `{row}` | " + " | ".join(_cell(cell(d["rows"].get(row))) for _, d in runs) + " |"
+            for row in runs[0][1]["rows"]]
+    totals = "| equal to the CPU | " + " | ".join(
+        f"{sum(bool(v.get('equal')) for v in d['rows'].values())} of {len(d['rows'])}" for _, d in runs) + " |"
+    return "\n".join(head + [totals] + rows)
 
 
 def _source(name, d):

@@ -98,9 +98,8 @@ _VALUES = st.one_of(st.integers(-(2 ** 26), 2 ** 26), st.integers(-(2 ** 33), 2 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(_VALUES, min_size=1, max_size=6), number=st.integers(-(2 ** 20), 2 ** 20),
        op=st.sampled_from(sorted(_OPS)))
-def test_property_with_the_shim_equals_cpu(dml_device, default_shim, values, number, op):
+def test_property_with_the_shim_equals_cpu(dml_device, default_shim, assert_parity, values, number, op):
     if op in ("mul", "in_place"):
         values = [v >> 21 for v in values]                  # no int64 overflow on the CPU
     x = torch.tensor(values, dtype=torch.int64)
-    expected, actual = _OPS[op](x, number), _OPS[op](x.to(dml_device), number).cpu()
-    assert torch.equal(actual, expected), (op, values, number, actual, expected)
+    assert_parity(_OPS[op](x.to(dml_device), number), _OPS[op](x, number), f"{op} {values} {number}: ")

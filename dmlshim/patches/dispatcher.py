@@ -134,6 +134,7 @@ FIXES: Dict[torch._ops.OpOverload, Fix] = {
     # failure_modes.md #19, #20: an empty input to cat fails ("The parameter is
     # incorrect."); stack and C++ composites (torch.combinations) reach cat too.
     _aten.cat.default: _drop_empty,
+    # on with the fixes that hold sub/rsub.Tensor (int_broadcast, int_range: "dispatcher:rsub")
     _aten.rsub.Scalar: _number_minus_tensor,
     # Never aten::copy_: a Python BackendSelect kernel that redispatches it breaks every
     # torch-directml copy on the real 0.2.5 binary (garbage values); patches/upload.py.
