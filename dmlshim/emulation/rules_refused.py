@@ -659,7 +659,7 @@ def _dml_integers(rule, op):
         dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
         info = torch.iinfo(torch.int32 if dtype == torch.int64 else dtype)
         floats = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in args)
-        if int_range.floor_by_number(op, args, kwargs):      # x times 1/n, in float32
+        if int_range.floor_division(op, args, kwargs) and int_range._number(args[1]):   # x times 1/n
             reciprocal = 1 / torch.as_tensor(floats[1], dtype=torch.float32)
             return torch.floor(floats[0] * reciprocal).double().clamp(info.min, info.max).to(dtype)
         return op(*floats, **kwargs).double().clamp(info.min, info.max).to(dtype)

@@ -39,14 +39,18 @@ FLOAT_EXACT = 2 ** 24                 # float32 holds every integer of this magn
 
 def _span(value) -> Optional[Span]:
     """``value``'s least and greatest element (a number is both), None for a float, bool or
-    complex one.  A device tensor costs a ``min``, a ``max`` and one sync (``aminmax`` is
-    torch-directml's CPU fallback)."""
+    complex one.  A device tensor's are taken in float32, one ``min``, one ``max`` and one
+    sync: int64 ``min``/``max`` read 32 bits on NVIDIA's driver (``[-1, -2**31 - 1].min()``
+    gives -1), float32 ones are right, and float32 keeps every value :func:`outside` allows
+    (a larger one rounds to a value it refuses)."""
     if isinstance(value, torch.Tensor):
         if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
             return None
         if value.numel() == 0:
             return (0, 0)
-        return tuple(torch.stack([value.min(), value.max()]).tolist())
+        as_float = value.float().reshape(-1)    # a reduction of more than 5 dims ends the process
+        lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
+        return (int(lo), int(hi))
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return (value, value)
@@ -147,23 +151,25 @@ MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)       # the dispatcher net's kernel 
 _TWO_TENSORS = {op: BITS32 for op in (_aten.sub.Tensor, _aten.sub_.Tensor) + _COMPARISONS}
 
 
-# floor division by a number is floor(x * (1/n)) in float32: wrong at some multiples of n below
-# 0 whatever their size (-49 // 7 gives -8; 39 of the divisors 1 to 129 over -3000..3000)
+# integer floor division is floor(x * (1/n)) in float32: wrong at some multiples of n below 0
+# whatever their size (-49 // 7 gives -8): by a number on lavapipe (39 of the divisors 1 to 129
+# over -3000..2999), by a tensor too on NVIDIA's driver; trunc and remainder were right on both
 _FLOORS = (_aten.floor_divide.default, _aten.floor_divide_.Tensor, _aten.floor_divide.Scalar)
 _MODES = (_aten.div.Tensor_mode, _aten.div_.Tensor_mode, _aten.div.Scalar_mode)
 
 
-def floor_by_number(op, args, kwargs) -> bool:
-    """An integer floor division by a number (``x // 7``, ``div(x, 7, rounding_mode="floor")``)."""
-    return ((op in _FLOORS or (op in _MODES and kwargs.get("rounding_mode") == "floor"))
-            and len(args) > 1 and _number(args[1]))
+def floor_division(op, args, kwargs) -> bool:
+    """An integer floor division (``x // n``, ``div(x, n, rounding_mode="floor")``)."""
+    return op in _FLOORS or (op in _MODES and kwargs.get("rounding_mode") == "floor")
 
 
-def _exact(dtype: torch.dtype, law: str) -> Span:
-    """The values ``dtype`` keeps exactly under ``law``."""
+def _refused(dtype: torch.dtype, law: str) -> Span:
+    """The nearest values ``dtype`` does not keep exactly under ``law``, below and above.
+    Each is a float32 value, so a value past it never rounds back inside (:func:`_span`);
+    the bounds themselves are refused too (2**24, 2**31), which costs nothing real."""
     info = torch.iinfo(dtype)
     bound = 2 ** 31 if law == BITS32 else FLOAT_EXACT
-    return (max(info.min, -bound), min(info.max, bound - 1 if law == BITS32 else bound))
+    return (max(info.min - 1, -bound), min(info.max + 1, bound))
 
 
 def _number(value) -> bool:
@@ -196,7 +202,7 @@ def outside(op, args, kwargs) -> bool:
     law = law_of(op, args)
     if law is None:
         return False
-    if floor_by_number(op, args, kwargs):
+    if floor_division(op, args, kwargs):
         return True
     span_of, measured, _ = RULES[op]
     spans = []
@@ -206,8 +212,8 @@ def outside(op, args, kwargs) -> bool:
         if span is None:
             return False                # a float operand: the call computes in float anyway
         spans.append(span)
-    lo, hi = _exact(next(a for a in args if isinstance(a, torch.Tensor)).dtype, law)
-    return any(s[0] < lo or s[1] > hi for s in spans + [span_of(spans, args, kwargs)])
+    lo, hi = _refused(next(a for a in args if isinstance(a, torch.Tensor)).dtype, law)
+    return any(s[0] <= lo or s[1] >= hi for s in spans + [span_of(spans, args, kwargs)])
 
 
 def _guarded(op, keyset, args, kwargs):
