@@ -34,9 +34,9 @@ if [ -n "${PY:-}" ]; then                # one script of the caller's, FP64 off
   DMLSHIM_REALDML_FP64=0 timeout 120 python3 $PY 2>&1 | grep -a -v -i "check_extensions\|warn"
   exit 0
 fi
-if [ -n "${INTS_TESTS:-}" ]; then       # the integer tests alone, their failures in full
+if [ -n "${TESTS:-}" ]; then            # test files of the caller's, their failures in full
   DMLSHIM_REALDML_FP64=0 DMLSHIM_TEST_DEVICE=directml timeout 200 python3 -m pytest -q -p no:cacheprovider --timeout 90 -rf --tb=short \
-    tests/test_int_range.py 2>&1 | grep -a -v check_extensions | grep -a -E "^E |^tests/|Falsifying|passed|failed|^  " | head -80
+    $TESTS 2>&1 | grep -a -v check_extensions | grep -a -E "^E |^tests/|Falsifying|passed|failed|^  " | head -80
   exit 0
 fi
 if [ -n "${INTS:-}" ]; then

@@ -762,12 +762,6 @@ def refused_cases():
              source=BY_HAND.format("scatter_add with an index longer than self along dim (E_INVALIDARG)")),
         dict(op=SCATTER_ADDS, bind=_dml_scatter_once,
              source=BY_HAND.format("scatter_add with a repeated index writes the place once (silent)")),
-        dict(op=_int_range_ops(), bind=_dml_integers,
-             source=BY_HAND.format("integer add/sub/mul with a number, neg, pow, // and %, mm in float32 "
-                                   "(saturated); int64 clone/sub/maximum/clamp/sort/comparisons by 32 bits "
-                                   "(silent)")),
-        dict(op="copy_", when=_int64_copy_past_32_bits, replace=_dml_int64_copy,
-             source=BY_HAND.format("int64 copy_ between device tensors keeps the low 32 bits (silent)")),
         dict(op="masked_select", when=_input_broadcasts, replace=_dml_masked_select,
              source=SOURCE.format("masked_select with an input that broadcasts to the mask (silent)")),
         dict(op=("replication_pad1d", "replication_pad2d"), when=_negative_begin, replace=_dml_replication_pad,
@@ -787,6 +781,13 @@ def refused_cases():
         *(dict(op=name, when=_no_dim_no_correction, replace=_population(getattr(torch.ops.aten, name.split(".")[0]).correction),
                source=SOURCE.format(f"{name} over every dimension without a correction divides by n (silent)"))
           for name in ("var.correction", "std_mean.correction")),
+        # after int_broadcast's, int_pow_zero's ...: the first rule whose `when` holds answers
+        dict(op=_int_range_ops(), bind=_dml_integers,
+             source=BY_HAND.format("integer add/sub/mul with a number, neg, pow, // and %, mm in float32 "
+                                   "(saturated); int64 clone/sub/maximum/clamp/sort/comparisons by 32 bits "
+                                   "(silent)")),
+        dict(op="copy_", when=_int64_copy_past_32_bits, replace=_dml_int64_copy,
+             source=BY_HAND.format("int64 copy_ between device tensors keeps the low 32 bits (silent)")),
         dict(op="native_dropout_backward", replace=_dml_dropout_backward,
              source=SOURCE.format("native_dropout_backward returns bool (float x bool mul's truncation; "
                                   "silent)")),
