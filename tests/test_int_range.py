@@ -58,8 +58,12 @@ def test_refused_bounds(dtype, law, refused):
 
 
 def test_spans_survive_a_device_that_reads_32_bits(dml_device, shim_off):
-    """The range is taken in float32: a value past the exact span never rounds back inside."""
-    for values in ([-1, -(2 ** 31) - 1], [2 ** 24 + 1], [2 ** 40 + 5, 3]):
+    """A small tensor's range is read on the CPU; a large one's in float32 on the device, where
+    a value past the exact span never rounds back inside."""
+    large = torch.arange(70000) - 35000
+    for values in ([-1, -(2 ** 31) - 1], [2 ** 24 + 1], [2 ** 40 + 5, 3], large.tolist(),
+                   torch.cat([large, torch.tensor([-(2 ** 31) - 1])]).tolist(),
+                   torch.cat([large, torch.tensor([2 ** 31 + 1])]).tolist()):
         assert int_range.outside(aten.clone.default, (torch.tensor(values).to(dml_device),), {}) is (
             min(values) < -(2 ** 31) or max(values) >= 2 ** 31)
 

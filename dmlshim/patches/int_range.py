@@ -16,8 +16,8 @@ Two laws, measured (docs/defects.md, "Integers past 24 and 32 bits"):
 
 Round trips, ``sum``/``cumsum``/``max``, ``cat``, indexing, casts, ``fmod`` (torch-directml's
 CPU fallback) and ``add``/``mul`` of two tensors keep every int64 bit.  The fix keeps a call
-on the device when its values allow it: a ``min`` and a ``max`` per tensor operand (one device
-sync) give each operand's range, the op's result range follows by interval arithmetic, and a
+on the device when its values allow it: each tensor operand's range (one device sync: read on the CPU
+up to 65536 elements, reduced on the device in float32 beyond), the op's result range follows by interval arithmetic, and a
 call whose ranges leave the exact span runs on the CPU.  Not held: ``arange`` past 32 bits,
 ``index_put`` of such values, and the ``out=`` overloads (docs/realdml.md, "Open on the real
 binary").  No public report; ONNX Runtime's DirectML provider maps 64-bit integers to strided
@@ -37,18 +37,25 @@ Span = Tuple[int, int]
 FLOAT_EXACT = 2 ** 24                 # float32 holds every integer of this magnitude
 
 
+_ON_THE_HOST = 1 << 16      # elements: a smaller tensor's range is read on the CPU, exactly
+
+
 def _span(value) -> Optional[Span]:
     """``value``'s least and greatest element (a number is both), None for a float, bool or
-    complex one.  A device tensor's are taken in float32, one ``min``, one ``max`` and one
-    sync: int64 ``min``/``max`` read 32 bits on NVIDIA's driver (``[-1, -2**31 - 1].min()``
-    gives -1), float32 ones are right, and float32 keeps every value :func:`outside` allows
-    (a larger one rounds to a value it refuses)."""
+    complex one.  One device sync: a tensor of up to 65536 elements is read on the CPU (one
+    copy, exact); a larger one is reduced on the device in float32, flat, since int64
+    ``min``/``max`` read 32 bits on NVIDIA's driver (``[-1, -2**31 - 1].min()`` gives -1) and
+    a reduction of more than 5 dimensions ends the process; float32 keeps every value
+    :func:`outside` allows, and a larger one rounds to a value it refuses."""
     if isinstance(value, torch.Tensor):
         if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
             return None
         if value.numel() == 0:
             return (0, 0)
-        as_float = value.float().reshape(-1)    # a reduction of more than 5 dims ends the process
+        if value.numel() <= _ON_THE_HOST:
+            host = value.cpu()
+            return (int(host.min()), int(host.max()))
+        as_float = value.float().reshape(-1)
         lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
         return (int(lo), int(hi))
     if isinstance(value, bool) or not isinstance(value, int):
