@@ -42,6 +42,12 @@ binding = None    # set by register(): _python_api or _compiled
 to_device = cpu_alias = None
 
 
+def host(value):
+    """The CPU view of a device tensor's memory; a CPU tensor or a non-tensor as it is: rules
+    compute the real binary's answer there, without re-entering the device's kernels."""
+    return cpu_alias(value) if isinstance(value, torch.Tensor) and not value.is_cpu else value
+
+
 class _OpInfo:
     """What the kernel needs to know about one aten overload, computed once."""
 

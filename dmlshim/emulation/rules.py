@@ -122,16 +122,10 @@ def _bool_times_other(self, other, *_, **__):
     return _is_bool(self) != _is_bool(other)
 
 
-def _host(t):
-    """The CPU view of a device tensor's memory (a CPU tensor as it is): silent rules
-    compute their wrong answer there, without re-entering the device's kernels."""
-    return t if t.is_cpu else _backend.cpu_alias(t)
-
-
 def _bool_product(self, other, *_, **__):
     # measured on the real 0.2.5 binary: a float operand is truncated to an integer
     # first, so 0.5 * True is False and -1.2 * True is True
-    host = [_host(t) if isinstance(t, Tensor) else torch.as_tensor(t) for t in (self, other)]
+    host = [_backend.host(t) if isinstance(t, Tensor) else torch.as_tensor(t) for t in (self, other)]
     return _backend.to_device(torch.logical_and(*(t.trunc() if t.is_floating_point() else t
                                                   for t in host)))
 
@@ -150,12 +144,12 @@ def _broadcast_copy_result(self, src, *_, **__):
     # measured on the real 0.2.5 binary: a CPU source lands in self's first elements (in
     # self's element order, the rest left as it was); a device source of fewer dimensions
     # fills self with its first element
-    flat = _host(self).flatten()                      # a copy, in self's element order
+    flat = _backend.host(self).flatten()                      # a copy, in self's element order
     if src.is_cpu:
         flat[:src.numel()] = src.reshape(-1)
     else:
-        flat[:] = _host(src).reshape(-1)[0]
-    _host(self).copy_(flat.view(self.shape))
+        flat[:] = _backend.host(src).reshape(-1)[0]
+    _backend.host(self).copy_(flat.view(self.shape))
     return self
 
 

@@ -649,7 +649,7 @@ def _dml_integers(rule, op):
     from ..patches import int_range
 
     def when(*args, **kwargs):
-        return int_range.outside(op, tuple(_host_of(a) for a in args), kwargs)
+        return int_range.outside(op, tuple(_backend.host(a) for a in args), kwargs)
 
     def value(*args, **kwargs):
         law = int_range.law_of(op, args)
@@ -659,27 +659,23 @@ def _dml_integers(rule, op):
         dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
         info = torch.iinfo(torch.int32 if dtype == torch.int64 else dtype)
         floats = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in args)
-        if int_range.floor_division(op, args, kwargs) and int_range._number(args[1]):   # x times 1/n
+        if int_range.floor_division(op, args, kwargs) and int_range.is_number(args[1]):   # x times 1/n
             reciprocal = 1 / torch.as_tensor(floats[1], dtype=torch.float32)
             return torch.floor(floats[0] * reciprocal).double().clamp(info.min, info.max).to(dtype)
         return op(*floats, **kwargs).double().clamp(info.min, info.max).to(dtype)
     return dataclasses.replace(_written_as(rule, op, value), when=when)
 
 
-def _host_of(value):
-    return _backend.cpu_alias(value) if isinstance(value, torch.Tensor) and not value.is_cpu else value
-
-
 def _int64_copy_past_32_bits(self, src, *_, **__):
     from ..patches import int_range
     return (not self.is_cpu and isinstance(src, torch.Tensor) and not src.is_cpu
             and self.dtype == src.dtype == torch.int64
-            and int_range.outside(torch.ops.aten.clone.default, (_host_of(src),), {}))
+            and int_range.outside(torch.ops.aten.clone.default, (_backend.host(src),), {}))
 
 
 def _dml_int64_copy(self, src, *_, **__):
     """The real binary's int64 copy between device tensors: the source's low 32 bits."""
-    _backend.cpu_alias(self).copy_(_low32(_backend.cpu_alias(src)))
+    _backend.host(self).copy_(_low32(_backend.host(src)))
     return self
 
 

@@ -41,13 +41,13 @@ Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], ob
 mul_operand_fixes: Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...] = ()
 
 
-def add_mul_operands_fix(fix) -> None:
+def add_mul_operand_fix(fix) -> None:
     global mul_operand_fixes
     if fix not in mul_operand_fixes:
         mul_operand_fixes += (fix,)
 
 
-def remove_mul_operands_fix(fix) -> None:
+def remove_mul_operand_fix(fix) -> None:
     global mul_operand_fixes
     mul_operand_fixes = tuple(f for f in mul_operand_fixes if f is not fix)
 
@@ -98,11 +98,6 @@ class Done(NamedTuple):
     record: bool = True
 
 
-# aten overload -> fix(op, keyset, args, kwargs) -> fixed (args, kwargs), ``Done(result)``,
-# or None when nothing needs fixing.  Arguments are as the dispatcher passes them
-# (kwarg-only ones, e.g. out=, in kwargs), a wrapped number already a 0-dim tensor
-# (``fix_kernel``).  Called only for calls with a tensor on the target device.  One entry
-# per overload the quirk reaches; add future silent quirks here.
 def _number_minus_tensor(op, keyset, args, kwargs):
     """``rsub.Scalar`` (``7 - x``) as ``x * -alpha + 7``, the numbers wrapped on the CPU as
     ``x * 2`` passes them.  The real 0.2.5 binary's ``rsub.Scalar`` wraps the number on the
@@ -119,6 +114,11 @@ def _number_minus_tensor(op, keyset, args, kwargs):
     return Done(_aten.add.Tensor(*fallback.numbers_as_tensors(_aten.add.Tensor, (product, number))))
 
 
+# aten overload -> fix(op, keyset, args, kwargs) -> fixed (args, kwargs), ``Done(result)``,
+# or None when nothing needs fixing.  Arguments are as the dispatcher passes them
+# (kwarg-only ones, e.g. out=, in kwargs), a wrapped number already a 0-dim tensor
+# (``fix_kernel``).  Called only for calls with a tensor on the target device.  One entry
+# per overload the quirk reaches; add future silent quirks here.
 FIXES: Dict[torch._ops.OpOverload, Fix] = {
     # failure_modes.md #17, DirectML#686, #737: float x bool gives bool.  torch-directml
     # has one kernel, mul.out (dml_registered_ops.txt); mul.Tensor and mul_.Tensor reach it

@@ -79,13 +79,13 @@ def install(ctx) -> None:
     :func:`mul_fix`: one Python BackendSelect kernel per overload)."""
     from . import dispatcher
     _kernels.install(ctx)
-    dispatcher.add_mul_operands_fix(mul_fix)
+    dispatcher.add_mul_operand_fix(mul_fix)
     if not all(dispatcher.holds(op) for op in MUL):
         _mul_kernels.install(ctx)
 
 
 def uninstall() -> None:
     from . import dispatcher
-    dispatcher.remove_mul_operands_fix(mul_fix)
+    dispatcher.remove_mul_operand_fix(mul_fix)
     _mul_kernels.uninstall()
     _kernels.uninstall()

@@ -35,9 +35,7 @@ from ._wrap import PatchSet
 _aten = torch.ops.aten
 Span = Tuple[int, int]
 FLOAT_EXACT = 2 ** 24                 # float32 holds every integer of this magnitude
-
-
-_ON_THE_HOST = 1 << 16      # elements: a smaller tensor's range is read on the CPU, exactly
+_ON_THE_HOST = 1 << 16                # elements: a smaller tensor's range is read on the CPU, exactly
 
 
 def _span(value) -> Optional[Span]:
@@ -179,7 +177,7 @@ def _refused(dtype: torch.dtype, law: str) -> Span:
     return (max(info.min - 1, -bound), min(info.max + 1, bound))
 
 
-def _number(value) -> bool:
+def is_number(value) -> bool:
     """A Python number, or the 0-dim CPU tensor a number becomes (``x + 1``)."""
     return not isinstance(value, torch.Tensor) or (value.dim() == 0 and value.is_cpu)
 
@@ -198,7 +196,7 @@ def law_of(op, args) -> Optional[str]:
         return None
     law = rule[2]
     if (op in _TWO_TENSORS or op in MUL or op in (_aten.add.Tensor, _aten.add_.Tensor)) \
-            and isinstance(args[1], torch.Tensor) and not _number(args[1]):
+            and isinstance(args[1], torch.Tensor) and not is_number(args[1]):
         law = _TWO_TENSORS.get(op)
     return None if law is None or (law == BITS32 and tensor.dtype != torch.int64) else law
 
@@ -215,7 +213,7 @@ def outside(op, args, kwargs) -> bool:
     spans = []
     for i in measured:
         value = args[i] if i < len(args) else None
-        span = _span(value.item() if isinstance(value, torch.Tensor) and _number(value) else value)
+        span = _span(value.item() if isinstance(value, torch.Tensor) and is_number(value) else value)
         if span is None:
             return False                # a float operand: the call computes in float anyway
         spans.append(span)
@@ -260,7 +258,7 @@ def install(ctx) -> None:
     from . import dispatcher
     _kernels.install(ctx)
     _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target))
-    dispatcher.add_mul_operands_fix(mul_fix)
+    dispatcher.add_mul_operand_fix(mul_fix)
     if not all(dispatcher.holds(op) for op in MUL):
         _mul_kernels.install(ctx)
 
@@ -268,6 +266,6 @@ def install(ctx) -> None:
 def uninstall() -> None:
     from . import dispatcher
     _patches.restore()
-    dispatcher.remove_mul_operands_fix(mul_fix)
+    dispatcher.remove_mul_operand_fix(mul_fix)
     _mul_kernels.uninstall()
     _kernels.uninstall()
