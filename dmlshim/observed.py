@@ -136,6 +136,12 @@ def _scatter_repeated(device):
     return torch.full((3,), 10.0).to(device).scatter_add(0, index, torch.arange(1.0, 4.0).to(device))
 
 
+def _channels_last(device):
+    """A 1x2x2x3 ramp moved to the device in channels-last format, and its strides."""
+    x = torch.arange(12.0).view(1, 2, 2, 3).to(device).to(memory_format=torch.channels_last)
+    return x, torch.tensor(x.stride())
+
+
 def _combinations(device):
     """`torch.combinations` of a 3-value ramp, r = 2."""
     return torch.combinations(torch.arange(3.0).to(device), 2)
@@ -338,6 +344,10 @@ OBSERVED: Tuple[Defect, ...] = (
            "scatter_add and scatter(reduce=) with an index repeated along dim write the place once: "
            "self plus the last value (silent); an index longer than self along dim refused "
            "(E_INVALIDARG)", _probe(_scatter_repeated), ("scatter_repeated",)),
+    Defect("channels_last", "none", _REFUSED,
+           "memory_format=channels_last (or channels_last_3d) for a device tensor: 'memory_format' "
+           "argument is must be Contiguous for DML tensors' (to, clone, empty, empty_like, Module.to)",
+           _probe(_channels_last), ("channels_last", "dispatcher:_to_copy")),
     Defect("combinations", "none", _REFUSED,
            "torch.combinations: 'The size of tensor a (n) must match the size of tensor b (0)', "
            "CreateOperator for one element (its C++ composite only)", _probe(_combinations),

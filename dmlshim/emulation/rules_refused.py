@@ -701,6 +701,31 @@ SCATTER_ADDS = ("scatter_add", "scatter_add_", "scatter.reduce", "scatter_.reduc
                 "scatter.value_reduce", "scatter_.value_reduce", "scatter.value_reduce_out")
 
 
+CHANNELS_LAST_MESSAGE = "'memory_format' argument is must be Contiguous for DML tensors"
+_CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
+
+
+def _channels_last_here(self=None, *_, device=None, memory_format=None, **__):
+    """A device tensor asked for in a channels-last format: ``empty``, ``clone``, or
+    ``_to_copy`` to the device (the real binary's ``to``/``clone``/``empty_like`` all reach
+    its ``empty.memory_format``; the emulator has its own ``_to_copy``)."""
+    if memory_format not in _CHANNELS_LAST:
+        return False
+    if device is None:
+        return isinstance(self, torch.Tensor) and self.device.type == _backend.DEVICE_TYPE
+    return torch.device(device).type == _backend.DEVICE_TYPE
+
+
+def _to_cpu_in_a_format(self, *_, device=None, memory_format=None, **__):
+    return (memory_format not in (None, torch.preserve_format) and device is not None
+            and torch.device(device).type == "cpu" and self.device.type == _backend.DEVICE_TYPE)
+
+
+def _dml_to_cpu(self, *, dtype=None, memory_format=None, **_):
+    """A copy to the CPU has the source's strides, whatever the format (#64's rebinding)."""
+    return _backend.host(self).to(dtype or self.dtype, copy=True)
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -781,6 +806,12 @@ def refused_cases():
         dict(op=_int_range_ops(), bind=_dml_integers,
              source=BY_HAND.format("integer add/sub/mul with a number, neg, pow, // and %, mm in float32 "
                                    "(saturated); int64 clone/sub/maximum/clamp/sort/comparisons by 32 bits "
+                                   "(silent)")),
+        dict(op=("empty.memory_format", "clone", "_to_copy"), when=_channels_last_here,
+             message=CHANNELS_LAST_MESSAGE,
+             source=BY_HAND.format("memory_format=channels_last for a device tensor")),
+        dict(op="_to_copy", when=_to_cpu_in_a_format, replace=_dml_to_cpu,
+             source=BY_HAND.format("a copy to the CPU in a named memory format has the source's strides "
                                    "(silent)")),
         dict(op="copy_", when=_int64_copy_past_32_bits, replace=_dml_int64_copy,
              source=BY_HAND.format("int64 copy_ between device tensors keeps the low 32 bits (silent)")),

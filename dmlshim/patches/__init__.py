@@ -197,6 +197,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("batched_tril_triu", "tril/triu of a batch of matrices keep the wrong diagonals (measured on "
                                "the real 0.2.5 binary): the 2-D mask of the last two dimensions, where, "
                                "on the device"),
+    Patch("channels_last", "memory_format=channels_last is refused for device tensors ('must be "
+                           "Contiguous for DML tensors', measured on the real 0.2.5 binary): the CPU's "
+                           "strides by empty_strided and a copy, on the device"),
     # after gather (its dim=-1 fix hands the dimension counted from 0 on), before refused
     Patch("scatter_repeated", "scatter_add/scatter(reduce=) with a repeated index write it once (measured "
                               "on the real 0.2.5 binary): index_put_(accumulate=True), on the device"),

@@ -34,36 +34,43 @@ _BOOL = torch.bool
 Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], object]
 
 
-# Other patches' fixes of mul's operands, asked in turn when no operand is bool:
+# Other patches' fixes of an overload the net holds, asked in turn after the net's own
+# (``mul``: when no operand is bool; ``_to_copy``: when the call makes no island):
 # fix(op, args, kwargs) -> None or what a Fix returns.  int_broadcast and int_range add
-# theirs while installed (one Python BackendSelect kernel per overload: the net's mul
-# kernel serves them all).  A tuple, replaced whole: a call reads it without a lock.
-mul_operand_fixes: Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...] = ()
+# mul's, channels_last _to_copy's, while installed (one Python BackendSelect kernel per
+# overload: the net's serves them all).  Tuples, replaced whole: a call reads them without
+# a lock.
+hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...]] = {
+    "mul": (), "_to_copy": ()}
 
 
-def add_mul_operand_fix(fix) -> None:
-    global mul_operand_fixes
-    if fix not in mul_operand_fixes:
-        mul_operand_fixes += (fix,)
+def add_hook(base: str, fix) -> None:
+    """``fix`` asked by the net's kernels of ``base`` (``"mul"``, ``"_to_copy"``)."""
+    if fix not in hooks[base]:
+        hooks[base] += (fix,)
 
 
-def remove_mul_operand_fix(fix) -> None:
-    global mul_operand_fixes
-    mul_operand_fixes = tuple(f for f in mul_operand_fixes if f is not fix)
+def remove_hook(base: str, fix) -> None:
+    hooks[base] = tuple(f for f in hooks[base] if f is not fix)
+
+
+def _hooked(base: str, op, args, kwargs):
+    """The first answer of ``base``'s hooks, or None."""
+    for fix in hooks[base]:
+        fixed = fix(op, args, kwargs)
+        if fixed is not None:
+            return fixed
+    return None
 
 
 def _bool_operand(inplace: bool) -> Fix:
     """mul's fix, ``mul.coerce_bool_operands``, behind a cheap test for a bool operand
     (the dispatcher passes ``self`` and ``other`` positionally); else the first answer of
-    :data:`mul_operand_fixes`."""
+    ``mul``'s :data:`hooks`."""
     def fix(op, keyset, args, kwargs):
         if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
             return coerce_bool_operands(args, kwargs, inplace)
-        for other in mul_operand_fixes:
-            fixed = other(op, args, kwargs)
-            if fixed is not None:
-                return fixed
-        return None
+        return _hooked("mul", op, args, kwargs)
     return fix
 
 
@@ -360,6 +367,8 @@ def _island_kernel(op, makes, backend, target: str, name: str):
     factory = not any(isinstance(a.type, torch.TensorType) for a in op._schema.arguments)
     stands_in = op in _TORCH_BACKEND_SELECT
     from_islands = op in _FROM_ISLANDS
+    base = op._schema.name.split("::", 1)[1]
+    hooked = base in hooks
     busy, numbers = fallback.busy, fallback.numbers_converter(op)
 
     def kernel(keyset, *args, **kwargs):
@@ -370,6 +379,11 @@ def _island_kernel(op, makes, backend, target: str, name: str):
             run = makes(home, args, kwargs) if home is not None else None
             if run is not None:
                 return islands.run(op, *run, home, op=name)
+            fixed = _hooked(base, op, args, kwargs) if hooked and home is not None else None
+            if fixed is not None:
+                if isinstance(fixed, Done):
+                    return fixed.result
+                args, kwargs = fixed
         if stands_in:
             keyset = _with_device_key(keyset, device, factory)
         return op.redispatch(keyset & _BELOW, *args, **kwargs)

@@ -11,7 +11,7 @@ fewer dimensions, defect ``broadcast_copy``): ``add``, ``sub``, ``rsub``, ``mul`
 the same rank ((2, 3) with (2, 1), (2, 3) with (1, 3)), a 0-dim operand (``x // 2``) and
 operands expanded beforehand are right, so the fix gives the smaller operand leading size-1
 dimensions (a view) and stays on the device.  ``mul``'s BackendSelect kernel is the dispatcher
-net's (float x bool) when that one is on: it asks :func:`mul_fix` here (``dispatcher.mul_operand_fixes``).  No public report
+net's (float x bool) when that one is on: it asks :func:`mul_fix` here (``dispatcher.hooks``).  No public report
 (OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand, ``__rdiv__``'s
 ``reciprocal(int64) * int64``).
 """
@@ -79,13 +79,13 @@ def install(ctx) -> None:
     :func:`mul_fix`: one Python BackendSelect kernel per overload)."""
     from . import dispatcher
     _kernels.install(ctx)
-    dispatcher.add_mul_operand_fix(mul_fix)
+    dispatcher.add_hook("mul", mul_fix)
     if not all(dispatcher.holds(op) for op in MUL):
         _mul_kernels.install(ctx)
 
 
 def uninstall() -> None:
     from . import dispatcher
-    dispatcher.remove_mul_operand_fix(mul_fix)
+    dispatcher.remove_hook("mul", mul_fix)
     _mul_kernels.uninstall()
     _kernels.uninstall()

@@ -258,7 +258,7 @@ def install(ctx) -> None:
     from . import dispatcher
     _kernels.install(ctx)
     _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target))
-    dispatcher.add_mul_operand_fix(mul_fix)
+    dispatcher.add_hook("mul", mul_fix)
     if not all(dispatcher.holds(op) for op in MUL):
         _mul_kernels.install(ctx)
 
@@ -266,6 +266,6 @@ def install(ctx) -> None:
 def uninstall() -> None:
     from . import dispatcher
     _patches.restore()
-    dispatcher.remove_mul_operand_fix(mul_fix)
+    dispatcher.remove_hook("mul", mul_fix)
     _mul_kernels.uninstall()
     _kernels.uninstall()
