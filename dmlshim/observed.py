@@ -189,6 +189,12 @@ def _linspace_int(device):
     return torch.linspace(0, 10, 7, dtype=torch.int64, device=device)
 
 
+def _arange_float32(device):
+    """`arange(2**24, 2**24 + 5)` and `arange(14.7, 19.7, 0.05)` on the device (the defect: 4
+    values, and 101)."""
+    return torch.arange(2 ** 24, 2 ** 24 + 5, device=device), torch.arange(14.7, 19.7, 0.05, device=device)
+
+
 def _unique_bytes(device):
     """`unique` of a uint8 `[3, 0, 3]` (the defect: `[3]`)."""
     return torch.unique(torch.tensor([3, 0, 3], dtype=torch.uint8).to(device))
@@ -376,6 +382,9 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("linspace_int", "none", _REFUSED,
            "linspace of an integer dtype truncates the step (silent); of bool with a negative start "
            "'value cannot be converted to type uint8_t'", _probe(_linspace_int), ("linspace_int",)),
+    Defect("arange_float32", "none", _REFUSED,
+           "arange's length computed in float32: arange(2**24, 2**24 + 5) has 4 values, past 2**31 "
+           "none, fractional steps one more or fewer (silent)", _probe(_arange_float32), ("arange_float32",)),
     Defect("unique_bytes", "none", _REFUSED,
            "unique of bool/uint8/int8 drops the zeros (silent); of an input of 2 or more dimensions "
            "aborts the process", _probe(_unique_bytes), ("unique_bytes",)),

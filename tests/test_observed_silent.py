@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import emulation, observed, patches, probing
+from dmlshim import emulation, fallback, observed, patches, probing
 from dmlshim.emulation import rules, rules_refused
 from dmlshim.patches.adaptive_pool import dml_windows_agree
 from dmlshim.patches import int_broadcast
@@ -354,6 +354,18 @@ def _int_range(d):
             small + 1, small * 5, -small, small ** 2, small // small.abs().clamp_min(1), small.clone())
 
 
+def _arange_float32(d):
+    """Lengths from float32 (2**24 + 5 values, past 2**31, fractional steps), an int64 ``out=``
+    grown from empty, a float ``out=`` view, and ranges the device computes right."""
+    out, view = torch.empty(0, dtype=torch.int64).to(d), torch.zeros(7).to(d)
+    torch.arange(2 ** 33, 2 ** 33 + 3, out=out)
+    torch.arange(0, 10, 3, out=view[2:6])
+    return (torch.arange(2 ** 24, 2 ** 24 + 5, device=d), torch.arange(2 ** 31 - 2, 2 ** 31 + 3, device=d),
+            torch.arange(2 ** 31 + 10, 2 ** 31, -3, device=d), torch.arange(14.7, 19.7, 0.05, device=d),
+            torch.arange(-31.208, -28.408, 0.7, device=d), torch.arange(2 ** 24 + 1, 2 ** 24 + 9, 2.0, device=d),
+            out, view, torch.arange(10, device=d), torch.arange(5, -3, -1, device=d), torch.arange(0, 1, 0.125, device=d))
+
+
 REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_select,
           "pad_negative": _pad_negative, "combinations": _combinations, "int_broadcast": _int_broadcast,
           "bool_minmax": _bool_minmax, "var_correction": _var_correction,
@@ -362,7 +374,7 @@ REPROS = {"adaptive_pool": _adaptive_pool, "masked_select_broadcast": _masked_se
           "dropout_backward": _dropout_backward, "int_addmm": _int_addmm, "vector_norm": _vector_norm, "cdist": _cdist,
           "empty_unary": _empty_unary, "bool_exp2": _bool_exp2, "int_pow_zero": _int_pow_zero,
           "linspace_int": _linspace_int, "unique_bytes": _unique_bytes, "batched_tril_triu": _batched_tril_triu,
-          "scatter_repeated": _scatter_repeated, "int_range": _int_range}
+          "scatter_repeated": _scatter_repeated, "int_range": _int_range, "arange_float32": _arange_float32}
 PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_select",
          "pad_negative": "pad_negative", "combinations": "combinations", "int_broadcast": "int_broadcast",
          "bool_minmax": "bool_minmax", "var_correction": "var_correction",
@@ -371,7 +383,7 @@ PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_se
          "dropout_backward": "dropout_backward", "int_addmm": "int_addmm", "vector_norm": "vector_norm", "cdist": "cdist",
          "empty_unary": "empty_unary", "bool_exp2": "bool_exp2", "int_pow_zero": "int_pow_zero",
          "linspace_int": "linspace_int", "unique_bytes": "unique_bytes", "batched_tril_triu": "batched_tril_triu",
-         "scatter_repeated": "scatter_repeated", "int_range": "int_range"}
+         "scatter_repeated": "scatter_repeated", "int_range": "int_range", "arange_float32": "arange_float32"}
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
@@ -388,7 +400,7 @@ RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast
             "bool_exp2": ("exp2", "pow.Scalar"), "int_pow_zero": ("pow.Tensor_Tensor", "pow.Scalar"),
             "linspace_int": ("linspace.out",), "unique_bytes": ("_unique2",),
             "batched_tril_triu": (("triu", "tril", "triu_", "tril_"),), "scatter_repeated": (rules_refused.SCATTER_ADDS,),
-            "int_range": (rules_refused._int_range_ops(), "copy_")}
+            "int_range": (rules_refused._int_range_ops(), "copy_"), "arange_float32": ("arange.start_out",)}
 
 
 # the defects whose ops other defects' rules watch too (conv_refused's, avg_pool_refused's)
@@ -587,3 +599,19 @@ def test_bmm_with_a_cpu_operand_raises_torchs_error_with_the_shim(dml_device, sh
 def test_bmm_with_a_cpu_operand_ends_the_process_raw(dml_device, shim_off):
     with pytest.raises(emulation.FatalDirectMLError, match="terminate called"):
         torch.bmm(_ramp(2, 3, 4).to(dml_device), _ramp(2, 4, 5))
+
+
+def test_aranges_the_device_computes_right_stay_there(dml_device, shim_off, monkeypatch, assert_parity):
+    dmlshim.activate(fallback="known")
+    calls = []
+    real = fallback.run_on_cpu
+    monkeypatch.setattr(fallback, "run_on_cpu", lambda *a, **k: calls.append(k.get("op")) or real(*a, **k))
+
+    def work(d):
+        out = torch.empty(0).to(d)
+        torch.arange(0, 10, 3, out=out)
+        return torch.arange(10, device=d), torch.arange(5, -3, -1, device=d), torch.arange(0, 1, 0.125, device=d), out
+
+    device_results = work(dml_device)
+    assert calls == []
+    assert_parity(device_results, work(CPU))

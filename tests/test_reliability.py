@@ -106,6 +106,7 @@ ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto
                "var_correction", "dropout_backward", "int_addmm",
                "empty_unary", "int_pow_zero", "bool_exp2", "linspace_int", "unique_bytes",
                "vector_norm", "cdist", "batched_tril_triu", "scatter_repeated", "flip_dims", "bmm_cpu_operand", "int_range",
+               "arange_float32",
                "channels_last",
                "conv_transpose_padding", "batch_norm_stats", "softplus_beta", "avg_pool_ceil"}   # the real binary
 if torch.__version__.startswith("2.4."):      # new_device_index not modelled there (test_legacy_new)

@@ -360,6 +360,20 @@ def _dml_linspace(start, end, steps, *, out):
     return out
 
 
+def _arange_differs(start, end, step=1, *, out=None):
+    from ..patches.arange_float32 import differs
+    return differs(start, end, step)
+
+
+def _dml_arange(start, end, step=1, *, out):
+    """The real binary's answer: the length from float32 (patches/arange_float32.py), the
+    values as the CPU's from ``start``."""
+    from ..patches.arange_float32 import float32_length
+    value = (float(start) + float(step) * torch.arange(float32_length(start, end, step), dtype=torch.float64))
+    out.resize_(value.shape).copy_(value.to(out.dtype))
+    return out
+
+
 def _unique_of_bytes(self, sorted=True, return_inverse=False, return_counts=False):
     from ..patches.unique_bytes import BYTES
     return self.dtype in BYTES and self.dim() < 2 and not (return_inverse or return_counts)
@@ -762,6 +776,8 @@ def refused_cases():
         dict(op="linspace.out", when=_integral_linspace, replace=_dml_linspace,
              source=SOURCE.format("linspace of an integer dtype truncates its step (silent), of bool "
                                   "refused for a negative start")),
+        dict(op="arange.start_out", when=_arange_differs, replace=_dml_arange,
+             source=BY_HAND.format("arange's length computed in float32 (silent)")),
         dict(op="_unique2", when=_unique_of_bytes, replace=_dml_unique,
              source=SOURCE.format("unique of bool/uint8/int8 drops the zeros (silent)")),
         dict(op=("log10", "log2", "isnan", "isinf"), when=_integer,

@@ -153,6 +153,8 @@ REGISTRY: Tuple[Patch, ...] = (
                        "0.2.5 binary): the exponent cast to the result's dtype, on the device"),
     Patch("linspace_int", "linspace of an integer dtype truncates its step, of bool is refused (measured on "
                           "the real 0.2.5 binary): on the CPU"),
+    Patch("arange_float32", "arange takes its length from float32: values dropped or added, none past 2**31 "
+                            "(measured on the real 0.2.5 binary): on the CPU"),
     Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
                           "on the real 0.2.5 binary): flattened, widened to int32, on the device"),
     Patch("int_range", "integer arithmetic computes in float32 (add/sub/mul with a number, neg, pow, // and %, "

@@ -1,0 +1,62 @@
+"""``arange`` takes its length from float32 on the real torch-directml 0.2.5 binary.
+
+Its kernel (``arange.start_out``, which every ``torch.arange`` reaches) computes the length
+as ``ceil((f32(end) - f32(start)) / f32(step))`` in float32, where the CPU computes it in
+double: ``arange(2**24, 2**24 + 5)`` has 4 values, ``arange(2**31 - 2, 2**31 + 3)`` and
+``arange(2**33, 2**33 + 3)`` none; with fractional steps 18 of 300 random ranges had one value
+more or fewer (``arange(14.7, 19.7, 0.05)``: 101 for 100), every one as this law (measured).
+Float values past 2**24 differ from the CPU's too.  Such a call, or one with a bound past
+2**24, runs on the CPU (a factory: the result is copied to the device once) into the device
+``out``; every other on the device.  No public report.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import fallback
+from . import _select
+from .dispatcher import Done, below
+from .fallback_out import _on_cpu_into_outs, _write
+
+_aten = torch.ops.aten
+OPS = (_aten.arange.start_out,)
+EXACT = 2 ** 24                                 # float32 holds every integer up to here
+
+
+def float32_length(start, end, step) -> int:
+    """The real binary's length of ``arange(start, end, step)``: the law, in float32."""
+    f32 = torch.float32
+    span = torch.tensor(float(end), dtype=f32) - torch.tensor(float(start), dtype=f32)
+    return max(0, math.ceil(float(span / torch.tensor(float(step), dtype=f32))))
+
+
+def differs(start, end, step) -> bool:
+    """Whether the device's ``arange`` differs from the CPU's: a bound past 2**24, or
+    another length."""
+    if max(abs(float(start)), abs(float(end))) > EXACT:
+        return True
+    cpu = torch.arange(start, end, step, device="meta").numel()
+    return float32_length(start, end, step) != cpu
+
+
+def _arange(op, keyset, args, kwargs):
+    """On the CPU where the device differs; else on the device, the result written into the
+    caller's ``out``: the kernel gives its ``out`` a new tensor (failure_modes.md #65), which
+    a C++ caller's variable follows but a Python kernel's caller does not (``torch.arange``
+    would come back empty), so this kernel never passes a call through."""
+    start, end = args[0], args[1]
+    step = args[2] if len(args) > 2 else kwargs.get("step", 1)
+    if differs(start, end, step):
+        return _on_cpu_into_outs(op, keyset, args, kwargs)
+    out = kwargs["out"]
+    made = op.redispatch(below(keyset), *args, **kwargs)
+    if made is not out:
+        with fallback.guard():                    # the shim's own work: auto's retry stands aside
+            _write(out, made)
+    return Done(out, record=False)
+
+
+_kernels = _select.Kernels({op: _arange for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall
