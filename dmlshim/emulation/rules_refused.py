@@ -681,15 +681,29 @@ def _dml_integers(rule, op):
 
 
 def _int64_copy_past_32_bits(self, src, *_, **__):
+    """An int64 ``copy_`` of values past 32 bits between device tensors, or from the CPU into a
+    view with an offset or strides."""
     from ..patches import int_range
-    return (not self.is_cpu and isinstance(src, torch.Tensor) and not src.is_cpu
-            and self.dtype == src.dtype == torch.int64
+    return (not self.is_cpu and isinstance(src, torch.Tensor) and self.dtype == src.dtype == torch.int64
+            and (not src.is_cpu or self.storage_offset() or not self.is_contiguous())
             and int_range.outside(torch.ops.aten.clone.default, (_backend.host(src),), {}))
 
 
 def _dml_int64_copy(self, src, *_, **__):
-    """The real binary's int64 copy between device tensors: the source's low 32 bits."""
+    """The real binary's int64 copy between device tensors, or into a view: the source's low
+    32 bits."""
     _backend.host(self).copy_(_low32(_backend.host(src)))
+    return self
+
+
+def _int64_fill_past_32_bits(self, value, *_, **__):
+    """An int64 ``fill_`` of a view with an offset with a value past 32 bits."""
+    return (self.dtype == torch.int64 and self.storage_offset() and isinstance(value, int)
+            and not -(2 ** 31) <= value < 2 ** 31)
+
+
+def _dml_int64_fill(self, value):
+    _backend.host(self).fill_(int(_low32(torch.tensor(value))))
     return self
 
 
@@ -830,7 +844,10 @@ def refused_cases():
              source=BY_HAND.format("a copy to the CPU in a named memory format has the source's strides "
                                    "(silent)")),
         dict(op="copy_", when=_int64_copy_past_32_bits, replace=_dml_int64_copy,
-             source=BY_HAND.format("int64 copy_ between device tensors keeps the low 32 bits (silent)")),
+             source=BY_HAND.format("int64 copy_ between device tensors, or into a view with an offset or "
+                                   "strides, keeps the low 32 bits (silent)")),
+        dict(op="fill_.Scalar", when=_int64_fill_past_32_bits, replace=_dml_int64_fill,
+             source=BY_HAND.format("int64 fill_ of a view with an offset keeps the low 32 bits (silent)")),
         dict(op="native_dropout_backward", replace=_dml_dropout_backward,
              source=SOURCE.format("native_dropout_backward returns bool (float x bool mul's truncation; "
                                   "silent)")),

@@ -35,13 +35,14 @@ Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], ob
 
 
 # Other patches' fixes of an overload the net holds, asked in turn after the net's own
-# (``mul``: when no operand is bool; ``_to_copy``: when the call makes no island):
-# fix(op, args, kwargs) -> None or what a Fix returns.  int_broadcast and int_range add
-# mul's, channels_last _to_copy's, while installed (one Python BackendSelect kernel per
+# (``mul``: when no operand is bool; ``_to_copy``: when the call makes no island;
+# ``_index_put_impl_``: with its indices on the device): fix(op, args, kwargs) -> None or
+# what a Fix returns.  int_broadcast and int_range add mul's, int_range _index_put_impl_'s,
+# channels_last _to_copy's, while installed (one Python BackendSelect kernel per
 # overload: the net's serves them all).  Tuples, replaced whole: a call reads them without
 # a lock.
 hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...]] = {
-    "mul": (), "_to_copy": ()}
+    "mul": (), "_to_copy": (), "_index_put_impl_": ()}
 
 
 def add_hook(base: str, fix) -> None:
@@ -76,12 +77,16 @@ def _bool_operand(inplace: bool) -> Fix:
 
 def _device_indices(op, keyset, args, kwargs):
     """``index``/``_index_put_impl_`` with CPU index tensors: the indices moved to
-    ``self``'s device (``indices`` is a list of optional tensors)."""
+    ``self``'s device (``indices`` is a list of optional tensors); then, for
+    ``_index_put_impl_``, the first answer of its :data:`hooks`."""
     self, indices = args[0], args[1]
-    if self.is_cpu or not any(i is not None and i.is_cpu for i in indices):
-        return None
-    moved = [i.to(self.device) if i is not None and i.is_cpu else i for i in indices]
-    return (self, moved, *args[2:]), kwargs
+    fixed = None
+    if not self.is_cpu and any(i is not None and i.is_cpu for i in indices):
+        moved = [i.to(self.device) if i is not None and i.is_cpu else i for i in indices]
+        fixed = args, kwargs = (self, moved, *args[2:]), kwargs
+    if op is _aten._index_put_impl_.default:
+        return _hooked("_index_put_impl_", op, args, kwargs) or fixed
+    return fixed
 
 
 def _drop_empty(op, keyset, args, kwargs):

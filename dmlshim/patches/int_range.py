@@ -14,13 +14,18 @@ Two laws, measured (docs/defects.md, "Integers past 24 and 32 bits"):
   ``unique`` read values past int32's range by their low 32 bits (``x.clone()`` of
   ``2**40 + 5`` gives 5; 2**31 sorts before 3).
 
-Round trips, ``sum``/``cumsum``/``max``, ``cat``, indexing, casts, ``fmod`` (torch-directml's
-CPU fallback) and ``add``/``mul`` of two tensors keep every int64 bit.  The fix keeps a call
+Writes read 32 bits too: ``index_put_`` (``x[i] = v``, accumulate too), ``scatter_``,
+``masked_scatter_``, and ``fill_``/``copy_`` into a view with an offset (``x[1:3] = v``,
+``x[1] = n``, ``torch.diag``), ``copy_`` into a strided view even from the CPU.  Round trips,
+``sum``/``cumsum``/``max``, ``cat``, reading by index, casts, ``fmod``, ``index_copy_``/
+``index_add_`` (torch-directml's CPU fallback) and ``add``/``mul`` of two tensors keep every
+int64 bit.  The fix keeps a call
 on the device when its values allow it: each tensor operand's range (one device sync: read on the CPU
 up to 65536 elements, reduced on the device in float32 beyond), the op's result range follows by interval arithmetic, and a
-call whose ranges leave the exact span runs on the CPU.  Not held: ``arange`` past 32 bits,
-``index_put`` of such values, and the ``out=`` overloads (docs/realdml.md, "Open on the real
-binary").  No public report; ONNX Runtime's DirectML provider maps 64-bit integers to strided
+call whose ranges leave the exact span runs on the CPU.  ``x[i] = v`` of a value past 32 bits
+becomes ``index_put_`` of the places' flat positions into the whole tensor.  Not held:
+``fill_``/``copy_``/in-place ops on such views reached otherwise (a result written back into
+one keeps 32 bits), and the ``out=`` overloads (docs/realdml.md, "Open on the real binary").  No public report; ONNX Runtime's DirectML provider maps 64-bit integers to strided
 32-bit ones on devices without them (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
 """
 from __future__ import annotations
@@ -122,6 +127,13 @@ def _unchanged(spans, args, kwargs):
     return (min(s[0] for s in spans), max(s[1] for s in spans))
 
 
+def _put(spans, args, kwargs):
+    """``index_put_``: the values written, or with ``accumulate`` each place plus every value."""
+    if len(args) > 3 and args[3]:
+        return _add(spans[0], _mul(spans[1], (0, args[2].numel())))
+    return _unchanged(spans, args, kwargs)
+
+
 FLOAT32, BITS32 = "through float32", "32 bits"
 # op -> (the result's span, which arguments to measure, the law)
 RULES: Dict[torch._ops.OpOverload, Tuple[Callable, Tuple[int, ...], str]] = {}
@@ -151,7 +163,13 @@ _rules((_aten.maximum.default, _aten.minimum.default), _unchanged, (0, 1), BITS3
 _COMPARISONS = tuple(getattr(getattr(_aten, name), overload) for name in ("lt", "le", "gt", "ge")
                      for overload in ("Scalar", "Tensor"))
 _rules(_COMPARISONS, _unchanged, (0, 1), BITS32)
-MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)       # the dispatcher net's kernel asks mul_fix
+# writes: x[i] = v, x[mask] = v (index_put_), scatter_, masked_scatter_, torch.diag (C++ copy_)
+_rules((_aten._index_put_impl_.default,), _put, (0, 2), BITS32)
+_rules((_aten.scatter.src, _aten.scatter_.src, _aten.scatter.value, _aten.scatter_.value), _unchanged, (0, 3), BITS32)
+_rules((_aten.masked_scatter.default, _aten.masked_scatter_.default), _unchanged, (0, 2), BITS32)
+_rules((_aten.diag_embed.default,), _unchanged, (0,), BITS32)
+MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)       # the dispatcher net's kernel asks net_fix
+PUT = (_aten._index_put_impl_.default,)           # and index_put_fix
 # two tensors: add and mul keep every bit, sub reads int64 by 32 bits, and comparisons too
 _TWO_TENSORS = {op: BITS32 for op in (_aten.sub.Tensor, _aten.sub_.Tensor) + _COMPARISONS}
 
@@ -226,8 +244,9 @@ def _guarded(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs) if outside(op, args, kwargs) else None
 
 
-def mul_fix(op, args, kwargs):
-    """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix)."""
+def net_fix(op, args, kwargs):
+    """``mul``'s and ``_index_put_impl_``'s fix for the dispatcher net's kernels (None:
+    nothing to fix)."""
     return _guarded(op, None, args, kwargs)
 
 
@@ -241,31 +260,65 @@ def _copy(func, args, kwargs):
     return "pass", func(self, src, *args[2:], **kwargs)
 
 
+def _past_32_bits(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.int64 and outside(_aten.clone.default, (value,), {})
+    return isinstance(value, int) and not isinstance(value, bool) and not -(2 ** 31) < value < 2 ** 31
+
+
+def _on_host(index):
+    if isinstance(index, torch.Tensor):
+        return index.cpu()
+    return tuple(_on_host(i) for i in index) if isinstance(index, (tuple, list)) else index
+
+
+def _setitem(func, args, kwargs):
+    """``x[i] = v`` into an int64 device tensor, ``v`` past 32 bits: the real binary keeps the
+    low 32 bits of a write into a view with an offset or strides (``fill_``, ``copy_``, from
+    the CPU too), which a slice or a single place is.  Written as ``index_put_`` of the places'
+    flat positions into the whole tensor (held above: on the CPU, written back whole)."""
+    self, index, value = args
+    if self._base is not None or not self.is_contiguous() or not _past_32_bits(value):
+        return "pass", func(self, index, value)
+    places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
+    value = torch.as_tensor(value, dtype=self.dtype)
+    while value.dim() > places.dim() and value.shape[0] == 1:
+        value = value[0]                       # setitem's leading ones
+    values = value.to(self.device).expand(places.shape).reshape(-1)
+    self.view(-1).index_put_((places.reshape(-1).to(self.device),), values)
+    return "flat index_put_", None
+
+
 def _int64_on(target: str):
     def select(instance, args, kwargs):
         return not instance.is_cpu and instance.dtype == torch.int64 and instance.device.type == target
     return select
 
 
-_kernels = _select.Kernels({op: _guarded for op in RULES if op not in MUL})
-_mul_kernels = _select.Kernels({op: _guarded for op in MUL})
+_kernels = _select.Kernels({op: _guarded for op in RULES if op not in MUL + PUT})
+# mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
+_net_kernels = {ops: _select.Kernels({op: _guarded for op in ops}) for ops in (MUL, PUT)}
 _patches = PatchSet(__name__)
 
 
 def install(ctx) -> None:
-    """The kernels, ``mul``'s through the dispatcher net's kernel where it holds one, and
-    ``Tensor.copy_``'s Python entry point."""
+    """The kernels, ``mul``'s and ``_index_put_impl_``'s through the dispatcher net's kernels
+    where it holds them, and the Python entry points ``Tensor.copy_`` and ``__setitem__``."""
     from . import dispatcher
     _kernels.install(ctx)
-    _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target))
-    dispatcher.add_hook("mul", mul_fix)
-    if not all(dispatcher.holds(op) for op in MUL):
-        _mul_kernels.install(ctx)
+    for name in ("copy_", "__setitem__"):
+        _patches.intercept(ctx, torch.Tensor, name, _copy if name == "copy_" else _setitem,
+                           select=_int64_on(ctx.target))
+    for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
+        dispatcher.add_hook(base, net_fix)
+        if not all(dispatcher.holds(op) for op in ops):
+            _net_kernels[ops].install(ctx)
 
 
 def uninstall() -> None:
     from . import dispatcher
     _patches.restore()
-    dispatcher.remove_hook("mul", mul_fix)
-    _mul_kernels.uninstall()
+    for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
+        dispatcher.remove_hook(base, net_fix)
+        _net_kernels[ops].uninstall()
     _kernels.uninstall()
