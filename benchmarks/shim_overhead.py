@@ -71,6 +71,10 @@ def pass_through(dev, quick):
         "device: x.clone()": lambda: ad.clone(),
         "device: x > 0": lambda: ad > 0,
         "device: int64 i + 1 (range checked)": lambda: id_ + 1,
+        "cpu: x.contiguous()": lambda: a.contiguous(),
+        "device: x.contiguous()": lambda: ad.contiguous(),
+        "device: torch.arange(64)": lambda: torch.arange(64, device=dev),
+        "device: int64 i[0] = 1": lambda: id_.__setitem__(0, 1),
     }
     number = 300 if quick else 2000
     rows = []

@@ -64,7 +64,7 @@ def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
 
 
 @pytest.mark.parametrize("fmt", [torch.contiguous_format, CL])
-def test_a_copy_to_the_cpu_in_a_format_has_its_strides(dml_device, shim_off, fmt):
+def test_a_copy_to_the_cpu_in_a_format_has_its_strides(dml_device, shim_off, fmt, assert_same):
     x = _ramp(2, 3, 4, 5).to(memory_format=CL)
     y = x.to(dml_device)                       # strides the device keeps (no memory_format named)
     expected = x.to(CPU, memory_format=fmt).stride()
@@ -72,7 +72,8 @@ def test_a_copy_to_the_cpu_in_a_format_has_its_strides(dml_device, shim_off, fmt
         assert y.to(CPU, memory_format=fmt).stride() != expected      # raw: the source's strides
     dmlshim.activate(fallback="known")
     got = y.to(CPU, memory_format=fmt)
-    assert got.stride() == expected and torch.equal(got, x)
+    assert got.stride() == expected
+    assert_same(got, x)
 
 
 def test_torch_errors_and_no_cpu_round_trip(dml_device, shim_off, monkeypatch):

@@ -360,9 +360,9 @@ def _dml_linspace(start, end, steps, *, out):
     return out
 
 
-def _arange_differs(start, end, step=1, *, out=None):
+def _arange_differs(start, end, step=1, *, out):
     from ..patches.arange_float32 import differs
-    return differs(start, end, step)
+    return differs(start, end, step, out.dtype)
 
 
 def _dml_arange(start, end, step=1, *, out):

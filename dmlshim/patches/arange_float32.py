@@ -32,13 +32,23 @@ def float32_length(start, end, step) -> int:
     return max(0, math.ceil(float(span / torch.tensor(float(step), dtype=f32))))
 
 
-def differs(start, end, step) -> bool:
-    """Whether the device's ``arange`` differs from the CPU's: a bound past 2**24, or
-    another length."""
+def cpu_length(start, end, step, dtype: torch.dtype) -> int:
+    """The CPU's length of ``arange(start, end, step)`` into ``dtype`` (ATen's
+    ``compute_arange_size``: int64 in integers, truncated bounds; every other dtype in double).
+    Python arithmetic, not the ``meta`` device, whose float ``arange`` imports torch._dynamo."""
+    if dtype == torch.int64:
+        first, last, stride = int(start), int(end), int(step)
+        span = last - first + stride - ((stride > 0) - (stride < 0))
+        return max(0, abs(span) // abs(stride) * (1 if (span >= 0) == (stride > 0) else -1))
+    return max(0, math.ceil((float(end) - float(start)) / float(step)))
+
+
+def differs(start, end, step, dtype: torch.dtype = torch.float32) -> bool:
+    """Whether the device's ``arange`` into ``dtype`` differs from the CPU's: a bound past
+    2**24, or another length."""
     if max(abs(float(start)), abs(float(end))) > EXACT:
         return True
-    cpu = torch.arange(start, end, step, device="meta").numel()
-    return float32_length(start, end, step) != cpu
+    return float32_length(start, end, step) != cpu_length(start, end, step, dtype)
 
 
 def _arange(op, keyset, args, kwargs):
@@ -48,7 +58,7 @@ def _arange(op, keyset, args, kwargs):
     would come back empty), so this kernel never passes a call through."""
     start, end = args[0], args[1]
     step = args[2] if len(args) > 2 else kwargs.get("step", 1)
-    if differs(start, end, step):
+    if differs(start, end, step, kwargs["out"].dtype):
         return _on_cpu_into_outs(op, keyset, args, kwargs)
     out = kwargs["out"]
     made = op.redispatch(below(keyset), *args, **kwargs)
