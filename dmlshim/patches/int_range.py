@@ -1,32 +1,23 @@
 """Integer arithmetic past float32's 24 bits, and int64 values past 32 bits, are silently wrong
-on the real torch-directml 0.2.5 binary.
+on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range``).
 
-Two laws, measured (docs/defects.md, "Integers past 24 and 32 bits"):
+* **through float32**: integer ``add``/``sub``/``mul`` with a number, ``neg``, ``pow``,
+  ``floor_divide``/``div(rounding_mode=)``/``remainder`` and ``mm``/``addmm``/``bmm``/
+  ``baddbmm`` compute in float32 and saturate: exact within 2**24 (``16777217 + 1`` gives
+  16777216), clamped to int32's range (a one-byte dtype's own: uint8 ``200 * 2`` gives 255);
+* **32 bits**: int64 ``clone``, ``copy_`` between device tensors, ``sub`` of two tensors,
+  ``maximum``/``minimum``, ``clamp``, comparisons, ``sort``/``topk``, ``unique`` read values
+  past int32's range by their low 32 bits (``x.clone()`` of ``2**40 + 5`` gives 5), and so do
+  writes: ``index_put_`` (accumulate too), ``scatter_``, ``masked_scatter_``, ``fill_``/
+  ``copy_`` into a view with an offset (``x[1:3] = v``, ``torch.diag``), even from the CPU.
 
-* **through float32**: integer ``add``/``sub``/``rsub``/``mul`` with a number, ``neg``,
-  ``pow``, ``floor_divide``/``div(rounding_mode=)``/``remainder`` and integer ``mm``/
-  ``addmm``/``bmm``/``baddbmm`` compute in float32 and saturate: exact only while every
-  operand and the result lie within 2**24 (``16777217 + 1`` gives 16777216), int32 and int64
-  results clamped to int32's range (``2**30 * 4`` gives 2147483647, the CPU wraps to 0),
-  one-byte results to their dtype's (uint8 ``200 * 2`` gives 255, the CPU 144);
-* **32 bits**: int64 ``clone`` (so ``contiguous``), ``copy_`` between device tensors, ``sub``
-  of two tensors, ``maximum``/``minimum``, ``clamp``, comparisons, ``sort``/``topk`` and
-  ``unique`` read values past int32's range by their low 32 bits (``x.clone()`` of
-  ``2**40 + 5`` gives 5; 2**31 sorts before 3).
-
-Writes read 32 bits too: ``index_put_`` (``x[i] = v``, accumulate too), ``scatter_``,
-``masked_scatter_``, and ``fill_``/``copy_`` into a view with an offset (``x[1:3] = v``,
-``x[1] = n``, ``torch.diag``), ``copy_`` into a strided view even from the CPU.  Round trips,
-``sum``/``cumsum``/``max``, ``cat``, reading by index, casts, ``fmod``, ``index_copy_``/
-``index_add_`` (torch-directml's CPU fallback) and ``add``/``mul`` of two tensors keep every
-int64 bit.  The fix keeps a call
-on the device when its values allow it: each tensor operand's range (one device sync: read on the CPU
-up to 65536 elements, reduced on the device in float32 beyond), the op's result range follows by interval arithmetic, and a
-call whose ranges leave the exact span runs on the CPU.  ``x[i] = v`` of a value past 32 bits
-becomes ``index_put_`` of the places' flat positions into the whole tensor.  Not held:
-``fill_``/``copy_``/in-place ops on such views reached otherwise (a result written back into
-one keeps 32 bits), and the ``out=`` overloads (docs/realdml.md, "Open on the real binary").  No public report; ONNX Runtime's DirectML provider maps 64-bit integers to strided
-32-bit ones on devices without them (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
+The fix keeps a call on the device when its values allow it: each tensor operand's range (one
+sync: read on the CPU up to 65536 elements, reduced on the device in float32 beyond), the
+result's by interval arithmetic; a call leaving the exact span runs on the CPU.  ``x[i] = v``
+past 32 bits becomes ``index_put_`` of flat positions into the whole tensor.  Not held: writes
+into such views reached otherwise, and the ``out=`` overloads (docs/realdml.md).  No public
+report; ONNX Runtime's DirectML provider maps 64-bit integers to strided 32-bit ones
+(``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
 """
 from __future__ import annotations
 
