@@ -164,3 +164,25 @@ def test_a_write_into_a_view_keeps_32_bits_raw(dml_device, shim_off):
     x[1:].fill_(V)
     x[::2].copy_(torch.tensor([V, V]))
     assert x.cpu().tolist() == [5, 5, 5, 5]
+
+
+def _outs(d):
+    """The out= overloads the laws reach (pow.out, clamp.out, maximum.out keep every bit)."""
+    a, s = torch.tensor([2 ** 24 + 1, 2 ** 40, 3, -(2 ** 33) - 5]).to(d), torch.tensor([2 ** 24 + 1, 2 ** 31 + 3, 3, -(2 ** 31) - 5]).to(d)
+    m = torch.tensor([[2 ** 12 + 1, 2], [3, 4]]).to(d)
+    e = lambda n=4, dtype=torch.int64: torch.empty(n, dtype=dtype).to(d)        # noqa: E731
+    return (torch.add(a, 1, out=e()), torch.sub(a, s, out=e()), torch.mul(s, 3, out=e()), torch.neg(a, out=e()),
+            torch.floor_divide(torch.tensor([-49, 9]).to(d), 7, out=e(2)), torch.remainder(a, 1000, out=e()),
+            torch.mm(m, m, out=torch.empty(2, 2, dtype=torch.int64).to(d)), torch.gt(s, 2 ** 31 - 1, out=e(dtype=torch.bool)),
+            torch.sort(s, out=(e(), e()))[0], torch.topk(s, 2, out=(e(2), e(2)))[0],
+            torch.mul(torch.tensor([2 ** 30, 7], dtype=torch.int32).to(d), 4, out=e(2, torch.int32)))
+
+
+def test_outs_past_the_span_differ_raw(dml_device, shim_off, assert_differs):
+    for got, want in zip(_outs(dml_device), _outs(torch.device("cpu"))):
+        assert_differs(got, want)
+
+
+def test_outs_past_the_span_with_the_shim(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert_parity(_outs(dml_device), _outs(torch.device("cpu")))

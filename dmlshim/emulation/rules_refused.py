@@ -665,18 +665,24 @@ def _dml_integers(rule, op):
     def when(*args, **kwargs):
         return int_range.outside(op, tuple(_backend.host(a) for a in args), kwargs)
 
+    # an out= overload's ``out`` (``_written_as`` takes it): a fresh one, of the dtype computed in
+    takes_out = [a.name for a in op._schema.arguments if a.is_out] == ["out"]
+    compares = op._schema.name.split("::")[1] in ("lt", "le", "gt", "ge")
+
     def value(*args, **kwargs):
         law = int_range.law_of(op, args)
         args = tuple(_low32(a) for a in args)
-        if law == int_range.BITS32:
-            return op(*args, **kwargs)
         dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
+        if law == int_range.BITS32:
+            out = dict(out=torch.empty(0, dtype=torch.bool if compares else dtype)) if takes_out else {}
+            return op(*args, **kwargs, **out)
         info = torch.iinfo(torch.int32 if dtype == torch.int64 else dtype)
         floats = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in args)
         if int_range.floor_division(op, args, kwargs) and int_range.is_number(args[1]):   # x times 1/n
             reciprocal = 1 / torch.as_tensor(floats[1], dtype=torch.float32)
             return torch.floor(floats[0] * reciprocal).double().clamp(info.min, info.max).to(dtype)
-        return op(*floats, **kwargs).double().clamp(info.min, info.max).to(dtype)
+        out = dict(out=torch.empty(0)) if takes_out else {}
+        return op(*floats, **kwargs, **out).double().clamp(info.min, info.max).to(dtype)
     return dataclasses.replace(_written_as(rule, op, value), when=when)
 
 

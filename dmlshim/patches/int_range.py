@@ -15,7 +15,7 @@ The fix keeps a call on the device when its values allow it: each tensor operand
 sync: read on the CPU up to 65536 elements, reduced on the device in float32 beyond), the
 result's by interval arithmetic; a call leaving the exact span runs on the CPU.  ``x[i] = v``
 past 32 bits becomes ``index_put_`` of flat positions into the whole tensor.  Not held: writes
-into such views reached otherwise, and the ``out=`` overloads (docs/realdml.md).  No public
+into such views reached otherwise (docs/realdml.md).  No public
 report; ONNX Runtime's DirectML provider maps 64-bit integers to strided 32-bit ones
 (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
 """
@@ -159,17 +159,31 @@ _rules((_aten._index_put_impl_.default,), _put, (0, 2), BITS32)
 _rules((_aten.scatter.src, _aten.scatter_.src, _aten.scatter.value, _aten.scatter_.value), _unchanged, (0, 3), BITS32)
 _rules((_aten.masked_scatter.default, _aten.masked_scatter_.default), _unchanged, (0, 2), BITS32)
 _rules((_aten.diag_embed.default,), _unchanged, (0,), BITS32)
-MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)       # the dispatcher net's kernel asks net_fix
+# out= overloads, measured apart (benchmarks/realdml_gpu/integers.py has the functional ones):
+# these as their functional overloads; pow.out, clamp(_min).out, maximum/minimum.out and
+# comparisons of two tensors into an out keep every bit, and are not held
+_rules((_aten.add.out,), _sum, (0, 1), FLOAT32)
+_rules((_aten.sub.out,), _difference, (0, 1), FLOAT32)
+_rules((_aten.mul.out,), _product, (0, 1), FLOAT32)
+_rules((_aten.neg.out,), _negation, (0,), FLOAT32)
+_rules((_aten.floor_divide.out, _aten.div.out_mode, _aten.remainder.Tensor_out, _aten.remainder.Scalar_out),
+       _quotient, (0, 1), FLOAT32)
+_rules((_aten.mm.out, _aten.bmm.out), _matrix_product, (0, 1), FLOAT32)
+_rules((_aten.sort.values, _aten.sort.values_stable, _aten.topk.values), _unchanged, (0,), BITS32)
+_rules(tuple(getattr(getattr(_aten, name), "Scalar_out") for name in ("lt", "le", "gt", "ge")),
+       _unchanged, (0, 1), BITS32)
+MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
 PUT = (_aten._index_put_impl_.default,)           # and index_put_fix
 # two tensors: add and mul keep every bit, sub reads int64 by 32 bits, and comparisons too
-_TWO_TENSORS = {op: BITS32 for op in (_aten.sub.Tensor, _aten.sub_.Tensor) + _COMPARISONS}
+_TWO_TENSORS = {op: BITS32 for op in (_aten.sub.Tensor, _aten.sub_.Tensor, _aten.sub.out) + _COMPARISONS}
 
 
 # integer floor division is floor(x * (1/n)) in float32: wrong at some multiples of n below 0
 # whatever their size (-49 // 7 gives -8): by a number on lavapipe (39 of the divisors 1 to 129
 # over -3000..2999), by a tensor too on NVIDIA's driver; trunc and remainder were right on both
-_FLOORS = (_aten.floor_divide.default, _aten.floor_divide_.Tensor, _aten.floor_divide.Scalar)
-_MODES = (_aten.div.Tensor_mode, _aten.div_.Tensor_mode, _aten.div.Scalar_mode)
+_FLOORS = (_aten.floor_divide.default, _aten.floor_divide_.Tensor, _aten.floor_divide.Scalar,
+           _aten.floor_divide.out)
+_MODES = (_aten.div.Tensor_mode, _aten.div_.Tensor_mode, _aten.div.Scalar_mode, _aten.div.out_mode)
 
 
 def floor_division(op, args, kwargs) -> bool:
@@ -204,7 +218,7 @@ def law_of(op, args) -> Optional[str]:
     if rule is None or tensor is None or not _integral(tensor.dtype):
         return None
     law = rule[2]
-    if (op in _TWO_TENSORS or op in MUL or op in (_aten.add.Tensor, _aten.add_.Tensor)) \
+    if (op in _TWO_TENSORS or op in MUL or op in (_aten.add.Tensor, _aten.add_.Tensor, _aten.add.out)) \
             and isinstance(args[1], torch.Tensor) and not is_number(args[1]):
         law = _TWO_TENSORS.get(op)
     return None if law is None or (law == BITS32 and tensor.dtype != torch.int64) else law
