@@ -12,6 +12,7 @@ Float values past 2**24 differ from the CPU's too.  Such a call, or one with a b
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 
@@ -25,11 +26,16 @@ OPS = (_aten.arange.start_out,)
 EXACT = 2 ** 24                                 # float32 holds every integer up to here
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to float32.  One double operation rounded so is float32's own result
+    (double holds more than twice float32's bits), so Python floats compute the law."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
 def float32_length(start, end, step) -> int:
     """The real binary's length of ``arange(start, end, step)``: the law, in float32."""
-    f32 = torch.float32
-    span = torch.tensor(float(end), dtype=f32) - torch.tensor(float(start), dtype=f32)
-    return max(0, math.ceil(float(span / torch.tensor(float(step), dtype=f32))))
+    span = _f32(_f32(float(end)) - _f32(float(start)))
+    return max(0, math.ceil(_f32(span / _f32(float(step)))))
 
 
 def cpu_length(start, end, step, dtype: torch.dtype) -> int:
@@ -62,7 +68,10 @@ def _arange(op, keyset, args, kwargs):
         return _on_cpu_into_outs(op, keyset, args, kwargs)
     out = kwargs["out"]
     made = op.redispatch(below(keyset), *args, **kwargs)
-    if made is not out:
+    if made is not out and out.numel() == 0:      # torch's composite's own: no one else sees it
+        with torch.inference_mode(out.is_inference()):
+            out.data = made
+    elif made is not out:
         with fallback.guard():                    # the shim's own work: auto's retry stands aside
             _write(out, made)
     return Done(out, record=False)
