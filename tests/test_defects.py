@@ -70,8 +70,11 @@ def _unfixed_profile(name):
 
 def _fix_on(fix):
     if fix.startswith("dispatcher:"):
+        # the net's own FIXES kernels (another patch may hold the same overload: int_range's mul)
+        if not all(dispatcher.holds(op) for op in dispatcher.FIXES if dispatcher.gate(op) == fix):
+            return False
         registered = dispatcher.registered()
-        ops = [op.name() for op in (*dispatcher.FIXES, *dispatcher.ISLANDS) if dispatcher.gate(op) == fix]
+        ops = [op.name() for op in dispatcher.ISLANDS if dispatcher.gate(op) == fix]
         ops += [op.name() for op, _ in dispatcher._composite_overloads() if dispatcher.gate(op) == fix]
         return all(registered[o] for o in ops)      # no op at all: _scaled_mm_v2 before torch 2.10
     return fix in patches.installed()
