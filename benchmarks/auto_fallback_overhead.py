@@ -21,6 +21,7 @@ Also prints how long installing each costs.  On the emulated device the op
 itself costs ~10-40 µs, so the ratios there show a realistic share.
 """
 import functools
+import os
 import sys
 import time
 import types
@@ -194,8 +195,18 @@ def main():
 
     torch.set_grad_enabled(False)
     torch.set_num_threads(1)         # a shared 2-core box: keep intra-op threads out of it
-    # CPU first: installing the emulated device makes CPU timings bimodal.
-    all_rows += model_rows(repeats, 20)
+    # CPU first: installing the emulated device makes CPU timings bimodal.  Without a device,
+    # activate() installs nothing (the no-device policy): DMLSHIM_PROBE=off installs every
+    # patch, as on a DirectML machine running CPU work.
+    previous = os.environ.get("DMLSHIM_PROBE")
+    os.environ["DMLSHIM_PROBE"] = "off"
+    try:
+        all_rows += model_rows(repeats, 20)
+    finally:
+        if previous is None:
+            del os.environ["DMLSHIM_PROBE"]
+        else:
+            os.environ["DMLSHIM_PROBE"] = previous
     for device in ("cpu", "emulated"):
         if device == "emulated":
             try:

@@ -57,6 +57,7 @@ def main():
     torch.set_num_threads(args.threads)
 
     import dmlshim
+    from dmlshim import parity
     from dmlshim import emulation
 
     device = emulation.install()
@@ -91,24 +92,28 @@ def main():
     dmlshim.deactivate()
     torch.manual_seed(1)
     reference = forward(cpu_model, x_cpu)()
-    same = torch.equal(out.cpu(), reference)
+    # "device": bilinear F.interpolate is computed on the device with other kernels than the
+    # CPU's (upsample_bilinear, failure_modes.md #21), so exact equality cannot hold there
+    figures = parity.compare(out.cpu(), reference, "device")
+    same, within = torch.equal(out.cpu(), reference), figures.ok
     ops, totals = report.rows, timing.shim_totals(wall, report.rows)
     added = timings["emulated+shim"].median_s - timings["emulated"].median_s
     note = (f"shim {100 * totals['shim_share']:.1f}% of {wall:.2f} s (traced), "
             f"{(totals['bytes_h2d'] + totals['bytes_d2h']) / 2**20:.2f} MiB moved, "
-            f"{'identical' if same else 'DIFFERENT'} to CPU")
+            + ("identical to CPU" if same else f"{'within' if within else 'OUTSIDE'} the device "
+               f"profile (max abs {figures.max_abs:.2g})"))
     case = f"forward {size}x{size}"
     rows = timing.rows(case, timings, baseline="cpu", note=note)
     extra = {"model": "GFPGANv1Clean", "out_size": size, "parameters": params, "threads": args.threads,
-             "identical_to_cpu": same, **totals, "shim_added_median_s": added,
+             "identical_to_cpu": same, "within_device_profile": within, "max_abs": figures.max_abs, **totals, "shim_added_median_s": added,
              "shim_added_share": added / timings["emulated+shim"].median_s, "ops": ops}
     print(f"{case}: {note}; emulated+shim - emulated = {added * 1e3:+.1f} ms "
           f"({100 * extra['shim_added_share']:+.1f}% of emulated+shim median); ops: "
           + ", ".join(f"{r['op']} {r['calls']}x {r['seconds'] * 1e3:.1f} ms" for r in ops[:4]),
           flush=True)
     timing.finish(args, "gfpgan", rows, extra)
-    if not same:
-        sys.exit("gfpgan_bench: the emulated DirectML output differs from the CPU's")
+    if not within:
+        sys.exit(f"gfpgan_bench: the emulated DirectML output is outside the device profile: {figures}")
 
 
 if __name__ == "__main__":
