@@ -302,7 +302,10 @@ def _int64_on(target: str):
 
 _kernels = _select.Kernels({op: _guarded for op in RULES if op not in MUL + PUT})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
-_net_kernels = {ops: _select.Kernels({op: _guarded for op in ops}) for ops in (MUL, PUT)}
+# Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
+# would change what float x bool gives while mul's own fix is off (a float out for bool)
+_net_kernels = {ops: _select.Kernels({op: _guarded for op in ops if op is not _aten.mul.out})
+                for ops in (MUL, PUT)}
 _patches = PatchSet(__name__)
 
 
