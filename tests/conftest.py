@@ -264,6 +264,18 @@ def assert_same():
                                                            parity.PROFILES["exact"], msg)
 
 
+@pytest.fixture
+def cpu_round_trips(monkeypatch):
+    """The ``op`` names of the calls the shim sends through ``fallback.run_on_cpu`` from now
+    on, in order (an empty list: everything stayed on the device)."""
+    from dmlshim import fallback
+
+    calls = []
+    real = fallback.run_on_cpu
+    monkeypatch.setattr(fallback, "run_on_cpu", lambda *a, **k: calls.append(k.get("op")) or real(*a, **k))
+    return calls
+
+
 @pytest.fixture(scope="session")
 def assert_differs():
     """``assert_differs(device_result, cpu_result, msg="")``: a defect's signature: the

@@ -704,8 +704,8 @@ def _dml_int64_copy(self, src, *_, **__):
 
 def _int64_fill_past_32_bits(self, value, *_, **__):
     """An int64 ``fill_`` of a view with an offset with a value past 32 bits."""
-    return (self.dtype == torch.int64 and self.storage_offset() and isinstance(value, int)
-            and not -(2 ** 31) <= value < 2 ** 31)
+    from ..patches.int_range import past_32_bits
+    return self.dtype == torch.int64 and bool(self.storage_offset()) and past_32_bits(value)
 
 
 def _dml_int64_fill(self, value):

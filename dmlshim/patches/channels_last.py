@@ -52,17 +52,17 @@ def _to_copy_to(target: str):
             return None
         self = args[0]
         device = _target(kwargs.get("device"), self.device)
-        if kwargs.get("layout") not in (None, torch.strided) or device.type == self.device.type == "cpu":
+        to_device = device.type == target and fmt in FORMATS
+        to_cpu = device.type == "cpu" and self.device.type == target
+        if not (to_device or to_cpu) or kwargs.get("layout") not in (None, torch.strided):
             return None
         like = op(_meta(self), dtype=kwargs.get("dtype"), memory_format=fmt)
-        if device.type == target and fmt in FORMATS:
+        if to_device:
             return _made(like, device, self, kwargs.get("non_blocking", False))
-        if device.type == "cpu" and self.device.type == target:
-            copied = op(self, **dict(kwargs, memory_format=torch.preserve_format))
-            if copied.stride() == like.stride():
-                return Done(copied)
-            return Done(torch.empty_strided(like.shape, like.stride(), dtype=like.dtype).copy_(copied))
-        return None
+        copied = op(self, **dict(kwargs, memory_format=torch.preserve_format))
+        if copied.stride() == like.stride():
+            return Done(copied)
+        return Done(torch.empty_strided(like.shape, like.stride(), dtype=like.dtype).copy_(copied))
     return fix
 
 

@@ -259,13 +259,13 @@ def _copy(func, args, kwargs):
     """``Tensor.copy_`` between int64 device tensors: from a CPU copy of a source past 32 bits
     (a BackendSelect kernel for ``aten::copy_`` breaks torch-directml's copies: broadcast_copy)."""
     self, src = args[0], (args[1] if len(args) > 1 else kwargs.pop("src"))
-    if (isinstance(src, torch.Tensor) and not src.is_cpu and src.dtype == torch.int64
-            and outside(_aten.clone.default, (src,), {})):
+    if isinstance(src, torch.Tensor) and not src.is_cpu and past_32_bits(src):
         return "cpu source", func(self, src.cpu(), *args[2:], **kwargs)
     return "pass", func(self, src, *args[2:], **kwargs)
 
 
-def _past_32_bits(value) -> bool:
+def past_32_bits(value) -> bool:
+    """An int64 tensor or a Python int with a value outside the span the 32-bit law keeps."""
     if isinstance(value, torch.Tensor):
         return value.dtype == torch.int64 and outside(_aten.clone.default, (value,), {})
     return isinstance(value, int) and not isinstance(value, bool) and not -(2 ** 31) < value < 2 ** 31
@@ -283,7 +283,7 @@ def _setitem(func, args, kwargs):
     the CPU too), which a slice or a single place is.  Written as ``index_put_`` of the places'
     flat positions into the whole tensor (held above: on the CPU, written back whole)."""
     self, index, value = args
-    if self._base is not None or not self.is_contiguous() or not _past_32_bits(value):
+    if self._base is not None or not self.is_contiguous() or not past_32_bits(value):
         return "pass", func(self, index, value)
     places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
     value = torch.as_tensor(value, dtype=self.dtype)
