@@ -77,11 +77,20 @@ def _gather(device):
 
 
 def _cross_entropy_none(device):
-    """cross_entropy(reduction='none'), a manual weighted sum, backward (DirectML#740)."""
-    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]]).to(device).requires_grad_()
-    loss = F.cross_entropy(logits, torch.tensor([0, 2]).to(device), reduction="none")
-    (loss * torch.tensor([1.0, 0.5]).to(device)).sum().backward()
-    return logits.grad
+    """The gradient of cross_entropy(reduction='none') under a manual weighted sum
+    (DirectML#740): the kernels ``(loss * w).sum().backward()`` runs, in its order, called
+    on this thread.  ``backward()`` itself would start autograd's device thread, whose CPU
+    work keeps a second OpenMP team alive: libgomp then throttles the main team's spinning,
+    and a small CPU ``F.conv1d`` took 46 us instead of 4 us for the rest of the process
+    (2 cores, measured; benchmarks/shim_overhead.py)."""
+    aten = torch.ops.aten
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]]).to(device)
+    target, weights = torch.tensor([0, 2]).to(device), torch.tensor([1.0, 0.5]).to(device)
+    log_probs = aten._log_softmax(logits, 1, False)
+    _, total_weight = aten.nll_loss_forward(log_probs, target, None, 0, -100)
+    grad_loss = torch.ones((), device=device).expand(2) * weights       # sum's, then mul's
+    grad_log_probs = aten.nll_loss_backward(grad_loss, log_probs, target, None, 0, -100, total_weight)
+    return aten._log_softmax_backward_data(grad_log_probs, log_probs, 1, logits.dtype)
 
 
 def _layer_norm_strided(device):

@@ -1,6 +1,7 @@
 """RNNs however reached: TorchScript, torch.ops.aten, the fused cells (failure_modes.md
 #1, #2, #49), and ScriptModule.to(dml) (#48).  Each case both ways: without dmlshim it
-fails as on DirectML; with it, it equals the CPU (exactly on the emulator)."""
+fails as on DirectML; with it, it equals the CPU (exactly on the emulator where both
+sides run the same kernels, within the ``device`` profile where they do not)."""
 import copy
 import io
 from typing import Tuple
@@ -282,7 +283,9 @@ def test_loaded_scriptmodule_moves_to_device_and_back(shim, dml_device, vad, ass
     assert loaded.lstm._flat_weights[0] is loaded.lstm.weight_ih_l0
     back = loaded.cpu()
     assert {p.device.type for p in back.parameters()} == {"cpu"}
-    assert_parity(_stream(back, audio, "cpu"), expected)
+    # TorchScript's executor against the eager model: other CPU kernels, whose sums
+    # depend on the CPU (101 ULP apart on an AVX-512 Xeon, equal on AMD EPYC)
+    assert_parity(_stream(back, audio, "cpu"), expected, profile="device")
 
 
 def test_other_moves_of_a_loaded_scriptmodule_are_untouched(shim, vad):
@@ -298,9 +301,11 @@ def test_other_moves_of_a_loaded_scriptmodule_are_untouched(shim, vad):
                                           (nn.RNNCell, {})])
 def test_plain_rnn_needs_no_fix(dml_device, kind, kwargs, assert_parity):
     """rnn_tanh/rnn_relu decompose into linear + tanh/relu, which DirectML runs: no
-    dmlshim kernel, no error (emulation/rules.py notes)."""
+    dmlshim kernel, no error (emulation/rules.py notes).  Never exact: the decomposed
+    device path and the CPU's RNN kernel sum in other orders, which depend on the CPU
+    (1-2 ULP apart on an AVX-512 Xeon), as in test_rnn_tanh_runs_and_equals_cpu."""
     dmlshim.deactivate()
     torch.manual_seed(5)
     module, x = kind(3, 4, **kwargs), torch.randn(5, 3)
     got = copy.deepcopy(module).to(dml_device)(x.to(dml_device))
-    assert_parity(got, module(x))
+    assert_parity(got, module(x), profile="device")
