@@ -66,7 +66,7 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
             return
         detection = _probing.detect(cfg.target, cfg.probe)
         _trace.start(cfg.trace)
-        _ctx = _patches.Context(target=cfg.target, fallback=cfg.fallback, bf16=cfg.bf16,
+        _ctx = _patches.Context(target=cfg.target, fallback=cfg.fallback, bf16=cfg.bf16, gate=cfg.gate,
                                 fixes=detection.fixes, gated=_probing.gated(detection.defects),
                                 present=_present(detection))
         _cfg = cfg

@@ -18,6 +18,9 @@ Variables
                       becomes on DirectML, which cannot hold one (docs/fun-asr-nano.md).
 ``DMLSHIM_PROBE``     ``auto`` (default: probe the device, cached) | ``off`` (every fix
                       on) | ``refresh`` (probe again); see ``dmlshim.probing``.
+``DMLSHIM_GATE``      ``auto`` (default: the compiled gate in front of the fixes' Python
+                      kernels where a C++ compiler exists) | ``compiled`` (raise if it
+                      cannot be built) | ``python``; see ``dmlshim.patches._gate``.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ _WORDS = ("true", "false", "yes", "no", "on", "off")
 # bfloat16 on DirectML (failure_modes.md #8): computed as float32 / float16 on the device,
 # or kept on the CPU as an island ("cpu": a bf16 Parameter then cannot move)
 BF16_POLICIES = ("float32", "float16", "cpu")
+GATE_MODES = ("auto", "compiled", "python")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Config:
     device: str = "auto"
     bf16: str = "float32"
     probe: str = "auto"
+    gate: str = "auto"
 
 
 def parse_trace(value: Union[None, bool, int, str, os.PathLike], *, name: str = "trace") -> Optional[str]:
@@ -127,5 +132,6 @@ def from_env(target: Optional[str] = None, *, trace=None, fallback: Optional[str
         parse_codepage(environ["DMLSHIM_CODEPAGE"])
     bf16 = parse_bf16(environ.get("DMLSHIM_BF16", "float32") or "float32")
     probe = parse_probe(environ.get("DMLSHIM_PROBE", "auto"))
+    gate = _one_of(environ.get("DMLSHIM_GATE", "auto").strip() or "auto", GATE_MODES, "DMLSHIM_GATE")
     return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ),
-                  bf16=bf16, probe=probe)
+                  bf16=bf16, probe=probe, gate=gate)

@@ -11,39 +11,16 @@ The extension is compiled on first use with ``torch.utils.cpp_extension``
 (about 30 s with g++ 12 and ninja) and cached under ``TORCH_EXTENSIONS_DIR``
 (default ``~/.cache/torch_extensions``), keyed by the source's hash.
 """
-import contextlib
 import functools
-import hashlib
 import os
-import shutil
-import sys
-import sysconfig
-import time
-import warnings
 
 import torch
 
+from .. import cpp_build
+from ..cpp_build import STALE_LOCK_S, _remove_stale_lock, missing_tools  # noqa: F401  (tests)
+
 NAME = "compiled"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "device.cpp")
-
-
-def _search_path():
-    # ninja from pip lands next to the interpreter, which need not be on PATH.
-    path = os.environ.get("PATH", "")
-    scripts = sysconfig.get_path("scripts")
-    return path if not scripts or scripts in path.split(os.pathsep) else scripts + os.pathsep + path
-
-
-def missing_tools():
-    """What the build needs and this machine lacks (names, empty if nothing)."""
-    path = _search_path()
-    compiler = "cl" if sys.platform == "win32" else os.environ.get("CXX", "c++")
-    missing = []
-    if shutil.which(compiler, path=path) is None:
-        missing.append(f"a C++ compiler ({compiler!r} on PATH; MSVC Build Tools on Windows)")
-    if shutil.which("ninja", path=path) is None:
-        missing.append("ninja (pip install ninja)")
-    return missing
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,32 +37,7 @@ def extension():
             f"on first use (this torch has no Python PrivateUse1 backend API), and this "
             f"machine lacks {' and '.join(missing)}. The shim itself (dmlshim.activate()) "
             f"needs neither; only the emulated device does.")
-    from torch.utils import cpp_extension
-    os.environ["PATH"] = _search_path()    # torch runs ninja from PATH
-    tag = torch.__version__.split("+")[0].replace(".", "_")
-    with open(SOURCE, "rb") as f:           # one build per source version: checkouts of
-        digest = hashlib.sha1(f.read()).hexdigest()[:8]   # different versions never rebuild each other's
-    name = f"dmlshim_emulation_torch{tag}_{digest}"
-    _remove_stale_lock(os.path.join(cpp_extension._get_build_directory(name, verbose=False), "lock"))
-    return cpp_extension.load(name=name, sources=[SOURCE], extra_cflags=["-O2"], verbose=False)
-
-
-STALE_LOCK_S = 600      # a build takes about 30 s; a lock this old outlived a killed build
-
-
-def _remove_stale_lock(lock: str) -> None:
-    """Remove a build lock left by a process killed while building (older than
-    ``STALE_LOCK_S`` seconds): torch's FileBaton waits for it forever, so every later
-    process would hang in ``cpp_extension.load``."""
-    try:
-        age = time.time() - os.path.getmtime(lock)
-    except OSError:
-        return                              # no lock: nothing to do
-    if age > STALE_LOCK_S:
-        warnings.warn(f"dmlshim.emulation: removing {lock}, a build lock {age:.0f} s old "
-                      "(a build killed before it finished)", RuntimeWarning, stacklevel=3)
-        with contextlib.suppress(OSError):
-            os.remove(lock)
+    return cpp_build.build("dmlshim_emulation", SOURCE)
 
 
 _ext = None

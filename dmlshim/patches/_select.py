@@ -19,6 +19,7 @@ from typing import Dict, Tuple
 import torch
 
 from .. import fallback, trace
+from . import _gate, dispatcher
 from .dispatcher import Done, Fix, backend_key, below, fix_kernel
 
 
@@ -60,6 +61,7 @@ def on_cpu(op, args, kwargs) -> Done:
 # chain is a tuple, replaced whole on (un)install: a call reads it without a copy or a lock.
 _chains: Dict[torch._ops.OpOverload, Tuple[Fix, ...]] = {}
 _libraries: Dict[torch._ops.OpOverload, torch.library.Library] = {}
+_gates: Dict[torch._ops.OpOverload, object] = {}          # their compiled gates (_gate.py)
 
 
 def _run_chain(op, keyset, args, kwargs):
@@ -82,9 +84,10 @@ def pass_on(op, keyset, args, kwargs, *, after: Fix):
     return op.redispatch(below(keyset), *args, **kwargs)
 
 
-def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> bool:
+def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "auto") -> bool:
     """``table``'s fixes added to their overloads' chains, a BackendSelect kernel registered
-    for an overload that had none (False: no dispatch key for ``target``)."""
+    for an overload that had none, behind the compiled gate where ``gate`` allows
+    (``_gate.register``; False: no dispatch key for ``target``)."""
     backend = backend_key(target)
     if backend is None:
         return False
@@ -92,9 +95,10 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str) -> bool:
         _chains[op] = _chains.get(op, ()) + (fix,)
         if op not in _libraries:
             library = torch.library.Library("aten", "IMPL")
-            library.impl(op.name().split("::", 1)[1], fix_kernel(op, _run_chain, backend, aside=aside),
-                         "BackendSelect", with_keyset=True)
+            _gates[op] = _gate.register(library, op, fix_kernel(op, _run_chain, backend, aside=aside),
+                                        target, gate)
             _libraries[op] = library
+            dispatcher._BELOW = _gate.below()
     return True
 
 
@@ -108,6 +112,9 @@ def unregister(table: Dict[torch._ops.OpOverload, Fix]) -> None:
             _chains[op] = tuple(chain)
             continue
         _chains.pop(op, None)
+        registration = _gates.pop(op, None)
+        if registration is not None:
+            registration.destroy()
         library = _libraries.pop(op, None)
         if library is not None:
             library._destroy()
@@ -122,7 +129,7 @@ class Kernels:
 
     def install(self, ctx) -> None:
         if not self._installed:
-            self._installed = register(self.table, ctx.target)
+            self._installed = register(self.table, ctx.target, ctx.gate)
 
     def uninstall(self) -> None:
         if self._installed:

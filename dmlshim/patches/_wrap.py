@@ -57,6 +57,7 @@ class Context:
     target: str = "privateuseone"
     fallback: str = "auto"
     bf16: str = "float32"                      # what bfloat16 becomes (config.Config.bf16, DMLSHIM_BF16)
+    gate: str = "auto"                         # the compiled gate (config.Config.gate, DMLSHIM_GATE)
     active: bool = True
     fixes: Optional[FrozenSet[str]] = None     # the fixes switched on; None = all (dmlshim.probing)
     gated: FrozenSet[str] = frozenset()        # the fixes some defect enables

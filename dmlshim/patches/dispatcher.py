@@ -22,7 +22,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 import torch
 
 from .. import devices, fallback, islands, trace
-from . import cat
+from . import _gate, cat
 from ._wrap import Context
 from .mul import coerce_bool_operands
 
@@ -286,8 +286,11 @@ _FROM_ISLANDS = {_aten._fft_c2r.default}
 _TORCH_BACKEND_SELECT = {_aten._to_copy.default, _aten.full.default}
 
 KEY = "BackendSelect"
+# what a kernel here redispatches to: the keys under BackendSelect, less the compiled
+# gate's trampoline key once the gate is built (_gate.below; read at call time)
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
 _library = None
+_gates: list = []              # the compiled gate's registrations in front of _library's kernels
 _held: set = set()             # the FIXES overloads whose kernel is registered
 
 
@@ -452,34 +455,31 @@ def _device_keyset(device_type: str):
 
 
 def install(ctx: Context) -> None:
-    global _library
+    global _library, _BELOW
     backend = backend_key(ctx.target)
     if _library is not None or backend is None:
         return
     library = torch.library.Library("aten", "IMPL")
     on = lambda op: ctx.enabled(gate(op))               # noqa: E731
     for op, fix in filter(lambda item: on(item[0]), FIXES.items()):
-        library.impl(op.name().split("::", 1)[1], fix_kernel(op, fix, backend), KEY,
-                     with_keyset=True)
+        _gates.append(_gate.register(library, op, fix_kernel(op, fix, backend), ctx.target, ctx.gate))
         _held.add(op)
     for op, makes in filter(lambda item: on(item[0]), ISLANDS.items()):
         name = op.name()
-        with warnings.catch_warnings():
-            # torch has BackendSelect kernels of its own for _to_copy and full; ours
-            # stand in for them (_with_device_key) and uninstall() brings them back
-            warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
-            library.impl(name.split("::", 1)[1], _island_kernel(op, makes, backend, ctx.target, name),
-                         KEY, with_keyset=True)
-            if _at_autograd_too(op, makes):              # stands in for torch's autograd kernel
-                library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
-                             "Autograd" + backend.name, with_keyset=True)
+        # torch's own BackendSelect kernels of _to_copy and full: ours stand in for them
+        # (_with_device_key; the compiled gate adds the device's key as they do)
+        _gates.append(_gate.register(library, op, _island_kernel(op, makes, backend, ctx.target, name),
+                                     ctx.target, ctx.gate, always=op in _FROM_ISLANDS))
+        if _at_autograd_too(op, makes):              # stands in for torch's autograd kernel
+            library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
+                         "Autograd" + backend.name, with_keyset=True)
     # composites at both keys (COMPOSITES); torch-directml has no kernel of these ops there
     for op, needs in filter(lambda item: on(item[0]), _composite_overloads()):
         name = op.name()
         kernel = _composite_kernel(op, needs, ctx.target, name)
         for key in ("Autograd" + backend.name, backend.name):
             library.impl(name.split("::", 1)[1], kernel, key)
-    _library = library
+    _library, _BELOW = library, _gate.below()
 
 
 def holds(op) -> bool:
@@ -490,6 +490,10 @@ def holds(op) -> bool:
 def uninstall() -> None:
     global _library
     _held.clear()
+    while _gates:
+        registration = _gates.pop()
+        if registration is not None:
+            registration.destroy()
     library, _library = _library, None
     if library is not None:
         library._destroy()                             # removes the kernels from the dispatcher

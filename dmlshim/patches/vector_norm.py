@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from . import _select
-from .dispatcher import _BELOW, Done
+from .dispatcher import Done, below
 from .fallback_out import _write
 
 _aten = torch.ops.aten
@@ -80,7 +80,7 @@ def _into_out(op, keyset, args, kwargs):
     x = self.to(compute, copy=True)                      # the kernel overwrites its input
     extra = {"dtype": None} if op is _aten.linalg_vector_norm.out else {}
     into = torch.empty(_shape(self, dim, keepdim), dtype=compute, device=self.device)
-    _write(out, op.redispatch(keyset & _BELOW, x, ord, dim, keepdim, **extra, out=into))   # not into: its result
+    _write(out, op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into))   # not into: its result
     return Done(out)
 
 

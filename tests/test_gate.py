@@ -1,0 +1,123 @@
+"""The compiled gate (dmlshim/patches/_gate.py): dmlshim's BackendSelect kernels see only
+calls with a tensor or a ``device=`` of the target device; every other call, on the CPU
+or another device, runs no Python.  Both ways: with ``DMLSHIM_GATE=python`` the Python
+kernels run on CPU calls too, and the fixes give the CPU's results either way."""
+import sys
+
+import pytest
+import torch
+
+import dmlshim
+from dmlshim.patches import _gate
+
+KERNEL_FILES = ("dispatcher.py", "_select.py")
+CPU_CALLS = {
+    "a * b": lambda a, b: a * b,
+    "torch.cat": lambda a, b: torch.cat([a, b]),
+    "index": lambda a, b: a[torch.tensor([0, 2])],
+    "to(float64)": lambda a, b: a.to(torch.float64),
+    "torch.full": lambda a, b: torch.full((3,), 2.0),
+    "gather": lambda a, b: torch.gather(a, 0, torch.tensor([1, 0])),
+}
+
+
+@pytest.fixture
+def gate(monkeypatch, request):
+    """dmlshim active (fallback="known") with DMLSHIM_GATE=request.param."""
+    if request.param == "compiled" and _gate.extension("auto") is None:
+        pytest.fail("no compiled gate on a machine with g++ and ninja (the suite's machine)")
+    monkeypatch.setenv("DMLSHIM_GATE", request.param)
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    yield request.param
+    dmlshim.deactivate()
+
+
+def _python_kernel_calls(fn) -> int:
+    """How many calls of a Python function in dmlshim's kernel modules ``fn()`` makes."""
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(KERNEL_FILES):
+            calls.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(calls)
+
+
+@pytest.mark.parametrize("gate", ["compiled", "python"], indirect=True)
+@pytest.mark.parametrize("call", list(CPU_CALLS))
+def test_cpu_calls_run_no_python_kernel_behind_the_gate(gate, call, assert_same):
+    a, b = torch.randn(4), torch.randn(4)
+    expected = CPU_CALLS[call](a, b)
+    calls = _python_kernel_calls(lambda: CPU_CALLS[call](a, b))
+    if gate == "compiled":
+        assert calls == 0
+    elif call != "gather":                 # gather's fix is gated on a defect the device shows
+        assert calls > 0                   # the Python kernel at BackendSelect sees every call
+    assert_same(CPU_CALLS[call](a, b), expected)
+
+
+@pytest.mark.parametrize("gate", ["compiled", "python"], indirect=True)
+def test_device_calls_are_fixed_either_way(gate, dml_device, assert_parity, assert_same):
+    x, m = torch.randn(3, 4), torch.rand(3, 4) > 0.5
+    xd, md = x.to(dml_device), m.to(dml_device)
+    got = xd * md                                            # float x bool (#17)
+    assert got.dtype == torch.float32
+    assert_parity(got, x * m)
+    assert_parity(torch.cat([xd, torch.empty(0, device=dml_device)]), x)    # empty input (#19)
+    assert_same(xd[torch.tensor([2, 0])], x[torch.tensor([2, 0])])          # CPU indices (#10)
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_factories_and_casts_keep_their_device_behind_the_gate(gate, dml_device):
+    """_to_copy and full: the gate adds the key of their device= as torch's own
+    BackendSelect kernel, which it stands in for, does."""
+    cpu = torch.ones(2)
+    assert cpu.to("meta").device.type == "meta"
+    assert torch.full((2,), 1.0, device="meta").device.type == "meta"
+    assert torch.full((2,), 1.0).device.type == "cpu"
+    assert torch.full((2,), 1.0, device=dml_device).device == dml_device
+    assert cpu.to(dml_device, torch.float16).dtype == torch.float16
+    assert torch.full((2,), 3, dtype=torch.int64).dtype == torch.int64
+
+
+def test_deactivate_removes_the_gate(dml_device, monkeypatch):
+    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    assert "gate.cpp" in torch._C._dispatch_dump("aten::mul.Tensor")
+    dmlshim.deactivate()
+    dump = torch._C._dispatch_dump("aten::mul.Tensor")
+    assert "gate.cpp" not in dump and "FPGA" not in dump
+    assert "gate.cpp" not in torch._C._dispatch_dump("aten::_to_copy")   # torch's own is back
+    assert "BackendSelect" in torch._C._dispatch_dump("aten::_to_copy")
+
+
+def test_a_bad_gate_value_names_the_variable(monkeypatch):
+    monkeypatch.setenv("DMLSHIM_GATE", "fast")
+    dmlshim.deactivate()
+    with pytest.raises(ValueError, match="DMLSHIM_GATE='fast'.*auto, compiled, python"):
+        dmlshim.activate()
+
+
+def test_compiled_mode_without_a_compiler_raises(monkeypatch):
+    monkeypatch.setattr(_gate, "_extension", lambda: (_ for _ in ()).throw(RuntimeError("no c++")))
+    with pytest.raises(RuntimeError, match="DMLSHIM_GATE=compiled.*no c\\+\\+"):
+        _gate.extension("compiled")
+    assert _gate.extension("auto") is None and _gate.extension("python") is None
+
+
+def test_count_sees_python_kernels(dml_device, monkeypatch):
+    """The counter itself: a device call behind the gate does reach the Python kernel."""
+    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    try:
+        xd = torch.randn(3).to(dml_device)
+        assert _python_kernel_calls(lambda: xd * (xd > 0)) > 0
+    finally:
+        dmlshim.deactivate()
