@@ -276,6 +276,21 @@ def cpu_round_trips(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def range_reads():
+    """``range_reads()``: ``{op: count}`` of the device-to-host reads dmlshim made to learn an
+    integer operand's range since the fixture was set up (``dmlshim.report()``'s ``range
+    read`` actions; patches/int_range.py)."""
+    import dmlshim
+
+    def count():
+        return {r["op"]: r["actions"]["range read"] for r in dmlshim.report().rows
+                if r["actions"].get("range read")}
+
+    dmlshim.trace.reset()
+    return count
+
+
 @pytest.fixture(scope="session")
 def assert_differs():
     """``assert_differs(device_result, cpu_result, msg="")``: a defect's signature: the

@@ -75,8 +75,10 @@ def test_pixel_shuffle_of_integers_with_the_shim(dml_device, shim_off, assert_pa
     assert_parity(torch.nn.functional.pixel_shuffle(x.to(dml_device), 2), torch.nn.functional.pixel_shuffle(x, 2))
 
 
-def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, cpu_round_trips, assert_parity):
+def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, cpu_round_trips, range_reads,
+                                                   assert_parity):
     dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
 
     def work(d):
         x = torch.arange(-50, 50).to(d)
@@ -85,10 +87,54 @@ def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, cpu_rou
 
     device_results = work(dml_device)
     assert cpu_round_trips == []
+    # x's range is known from its copy and every result's from x's: only x.flip(0)'s is read
+    # (flip runs no dmlshim kernel to carry it)
+    assert range_reads() == {"aten::sub.Tensor": 1, "aten::maximum": 1}
     assert_parity(device_results, work(torch.device("cpu")))
     (torch.tensor([2 ** 40]).to(dml_device) + 1).cpu()
     (torch.arange(3).to(dml_device) // 2).cpu()              # integer floor division: always
     assert cpu_round_trips == ["aten::add.Tensor", "aten::floor_divide"]
+
+
+def test_known_ranges_make_no_host_read(dml_device, shim_off, range_reads, assert_parity):
+    """A small integer tensor copied from the CPU has its range at the copy; each result the
+    fix keeps on the device has its range from its operands'."""
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+
+    def work(d):
+        i = torch.arange(-8, 56).to(d)
+        j = i + 1
+        return j, j > 3, j.clone(), (j.clone() - 5) ** 2, -j.view(8, 8)[1:]
+
+    got = work(dml_device)
+    assert range_reads() == {}
+    assert_parity(got, work(torch.device("cpu")))
+
+
+def test_an_unknown_range_is_read_once_until_a_write(dml_device, shim_off, range_reads, assert_parity):
+    dmlshim.activate(fallback="known")
+    i = torch.arange(64).to(dml_device)
+    x = torch.cat([i, i])                       # cat carries no range: unknown
+    dmlshim.trace.reset()
+    y, z = x + 1, x + 2
+    assert range_reads() == {"aten::add.Tensor": 1}
+    x[3] = 2 ** 30                              # a write: the range kept is forgotten
+    w = x * 64                                  # read again: 2**36 leaves the span, on the CPU
+    assert range_reads() == {"aten::add.Tensor": 1, "aten::mul.Tensor": 1}
+    expected = torch.cat([torch.arange(64), torch.arange(64)])
+    assert_parity((y, z), (expected + 1, expected + 2))
+    expected[3] = 2 ** 30
+    assert_parity(w, expected * 64)
+
+
+def test_a_known_range_past_the_span_goes_to_the_cpu(dml_device, shim_off, cpu_round_trips, range_reads,
+                                                    assert_parity):
+    dmlshim.activate(fallback="known")
+    big = torch.tensor([2 ** 24 + 1, 5]).to(dml_device)
+    dmlshim.trace.reset()
+    assert_parity(big + 1, torch.tensor([2 ** 24 + 2, 6]))
+    assert cpu_round_trips == ["aten::add.Tensor"] and range_reads() == {}
 
 
 def test_a_number_minus_a_tensor_with_the_shim(dml_device, shim_off, assert_parity):

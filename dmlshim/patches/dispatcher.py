@@ -43,16 +43,23 @@ Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], ob
 # a lock.
 hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...]] = {
     "mul": (), "_to_copy": (), "_index_put_impl_": ()}
+# After-hooks of the net's island kernels, told each result the device keeps:
+# f(op, args, kwargs, result) (int_range: the span of an integer tensor copied over).
+after_hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict, object], None], ...]] = {
+    "_to_copy": ()}
 
 
-def add_hook(base: str, fix) -> None:
-    """``fix`` asked by the net's kernels of ``base`` (``"mul"``, ``"_to_copy"``)."""
-    if fix not in hooks[base]:
-        hooks[base] += (fix,)
+def add_hook(base: str, fix, *, after: bool = False) -> None:
+    """``fix`` asked by the net's kernels of ``base`` (``"mul"``, ``"_to_copy"``), or told
+    their results (``after``)."""
+    table = after_hooks if after else hooks
+    if fix not in table[base]:
+        table[base] += (fix,)
 
 
-def remove_hook(base: str, fix) -> None:
-    hooks[base] = tuple(f for f in hooks[base] if f is not fix)
+def remove_hook(base: str, fix, *, after: bool = False) -> None:
+    table = after_hooks if after else hooks
+    table[base] = tuple(f for f in table[base] if f is not fix)
 
 
 def _hooked(base: str, op, args, kwargs):
@@ -382,6 +389,7 @@ def _island_kernel(op, makes, backend, target: str, name: str):
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
         device = kwargs.get("device")
+        home = None
         if (keyset.has(backend) or device is not None or from_islands) and not busy():
             home = _home(keyset, backend, target, device, from_islands, args, kwargs)
             run = makes(home, args, kwargs) if home is not None else None
@@ -392,9 +400,12 @@ def _island_kernel(op, makes, backend, target: str, name: str):
                 if isinstance(fixed, Done):
                     return fixed.result
                 args, kwargs = fixed
-        if stands_in:
-            keyset = _with_device_key(keyset, device, factory)
-        return op.redispatch(keyset & _BELOW, *args, **kwargs)
+        result = op.redispatch(_with_device_key(keyset, device, factory) & _BELOW if stands_in
+                               else keyset & _BELOW, *args, **kwargs)
+        if home is not None:
+            for tell in after_hooks.get(base, ()):
+                tell(op, args, kwargs, result)
+        return result
     return kernel
 
 

@@ -11,9 +11,14 @@ on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range`
   writes: ``index_put_`` (accumulate too), ``scatter_``, ``masked_scatter_``, ``fill_``/
   ``copy_`` into a view with an offset (``x[1:3] = v``, ``torch.diag``), even from the CPU.
 
-The fix keeps a call on the device when its values allow it: each tensor operand's range (one
-sync: read on the CPU up to 65536 elements, reduced on the device in float32 beyond), the
-result's by interval arithmetic; a call leaving the exact span runs on the CPU.  ``x[i] = v``
+The fix keeps a call on the device when its values allow it: each tensor operand's range, the
+result's by interval arithmetic; a call leaving the exact span runs on the CPU.  A range is
+known without a device read where it can be: a small integer tensor copied from the CPU has
+it at the copy, a result kept on the device has it from its operands', and every range is
+kept beside its tensor (:func:`known_span`, keyed by the tensor and its version) until a
+write changes it.  Only an unknown range is read (one sync: on the CPU up to 65536
+elements, reduced on the device in float32 beyond), counted in ``dmlshim.report()`` as a
+``range read``.  ``x[i] = v``
 past 32 bits becomes ``index_put_`` of flat positions into the whole tensor.  Not held: writes
 into such views reached otherwise (docs/realdml.md).  No public
 report; ONNX Runtime's DirectML provider maps 64-bit integers to strided 32-bit ones
@@ -21,10 +26,13 @@ report; ONNX Runtime's DirectML provider maps 64-bit integers to strided 32-bit 
 """
 from __future__ import annotations
 
+import time
+import weakref
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
+from .. import trace
 from . import _select
 from ._wrap import PatchSet
 
@@ -34,27 +42,92 @@ FLOAT_EXACT = 2 ** 24                 # float32 holds every integer of this magn
 _ON_THE_HOST = 1 << 16                # elements: a smaller tensor's range is read on the CPU, exactly
 
 
-def _span(value) -> Optional[Span]:
+def _span(value, op=None) -> Optional[Span]:
     """``value``'s least and greatest element (a number is both), None for a float, bool or
-    complex one.  One device sync: a tensor of up to 65536 elements is read on the CPU (one
-    copy, exact); a larger one is reduced on the device in float32, flat, since int64
-    ``min``/``max`` read 32 bits on NVIDIA's driver (``[-1, -2**31 - 1].min()`` gives -1) and
-    a reduction of more than 5 dimensions ends the process; float32 keeps every value
-    :func:`outside` allows, and a larger one rounds to a value it refuses."""
+    complex one.  A device tensor's span is :func:`known_span` where it is known; else one
+    device sync, counted as a ``range read`` of ``op`` (``dmlshim.report()``) and kept: a
+    tensor of up to 65536 elements is read on the CPU (one copy, exact); a larger one is
+    reduced on the device in float32, flat, since int64 ``min``/``max`` read 32 bits on
+    NVIDIA's driver (``[-1, -2**31 - 1].min()`` gives -1) and a reduction of more than 5
+    dimensions ends the process; float32 keeps every value :func:`outside` allows, and a
+    larger one rounds to a value it refuses."""
     if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        if not _integral(value.dtype):
             return None
         if value.numel() == 0:
             return (0, 0)
-        if value.numel() <= _ON_THE_HOST:
-            host = value.cpu()
-            return (int(host.min()), int(host.max()))
-        as_float = value.float().reshape(-1)
-        lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
-        return (int(lo), int(hi))
+        if value.is_cpu:
+            return (int(value.min()), int(value.max()))
+        span = known_span(value)
+        if span is None:
+            span = _read(value, op)
+            remember(value, span)
+        return span
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return (value, value)
+
+
+def _read(value: torch.Tensor, op) -> Span:
+    """The span of a device tensor nothing knows: one device-to-host read, counted."""
+    start = time.perf_counter()
+    if value.numel() <= _ON_THE_HOST:
+        host = value.cpu()
+        span, read = (int(host.min()), int(host.max())), trace.nbytes(value)
+    else:
+        as_float = value.float().reshape(-1)
+        lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
+        span, read = (int(lo), int(hi)), 8
+    trace.record(op.name() if op is not None else "int_range", "range read",
+                 time.perf_counter() - start, d2h=read)
+    return span
+
+
+# A device tensor's span known without a read: id -> (weak reference, version, span).  The
+# version moves with every write to the tensor or a view of it; a view's span is its base's
+# (its values are among them).  Beside the tensor, never in its __dict__.
+_known: Dict[int, Tuple[weakref.ref, int, Span]] = {}
+_AT_THE_COPY = 1 << 12      # elements: a CPU tensor this small has its span taken when copied over
+
+
+def known_span(t: torch.Tensor) -> Optional[Span]:
+    """The span of integer device tensor ``t`` known without a device read, or None."""
+    for candidate in (t, t._base):
+        entry = _known.get(id(candidate)) if candidate is not None else None
+        if entry is not None and entry[0]() is candidate and entry[1] == _version(candidate):
+            return entry[2]
+    return None
+
+
+def remember(t, span: Optional[Span]) -> None:
+    """Keep ``span`` beside integer device tensor ``t`` until its next write (not for an
+    inference tensor: it has no version to tell a write by)."""
+    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not _integral(t.dtype):
+        return
+    version = _version(t)
+    if version is not None:
+        key = id(t)
+        _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span)
+
+
+def _version(t: torch.Tensor) -> Optional[int]:
+    try:
+        return t._version
+    except RuntimeError:                # "Inference tensors do not track version counter"
+        return None
+
+
+def forget_all() -> None:
+    _known.clear()
+
+
+def _copied_over(op, args, kwargs, result) -> None:
+    """The dispatcher net's after-hook of ``_to_copy``: a small integer CPU tensor copied to
+    the device gives its span on the CPU, without a read."""
+    source = args[0]
+    if source.is_cpu and isinstance(result, torch.Tensor) and not result.is_cpu \
+            and _integral(result.dtype) and 0 < source.numel() <= _AT_THE_COPY:
+        remember(result, (int(source.min()), int(source.max())))
 
 
 def _add(a: Span, b: Span) -> Span:
@@ -227,26 +300,46 @@ def law_of(op, args) -> Optional[str]:
 def outside(op, args, kwargs) -> bool:
     """Whether the call's operands or result leave the span its law keeps exact (the failing
     case); False for the calls :func:`law_of` leaves alone and for a float operand."""
+    return _assess(op, args, kwargs)[0]
+
+
+def _assess(op, args, kwargs) -> Tuple[bool, Optional[Span]]:
+    """:func:`outside`, and the result's span (None where not computed)."""
     law = law_of(op, args)
     if law is None:
-        return False
+        return False, None
     if floor_division(op, args, kwargs):
-        return True
+        return True, None
     span_of, measured, _ = RULES[op]
     spans = []
     for i in measured:
         value = args[i] if i < len(args) else None
-        span = _span(value.item() if isinstance(value, torch.Tensor) and is_number(value) else value)
+        span = _span(value.item() if isinstance(value, torch.Tensor) and is_number(value) else value, op)
         if span is None:
-            return False                # a float operand: the call computes in float anyway
+            return False, None          # a float operand: the call computes in float anyway
         spans.append(span)
     lo, hi = _refused(next(a for a in args if isinstance(a, torch.Tensor)).dtype, law)
-    return any(s[0] <= lo or s[1] >= hi for s in spans + [span_of(spans, args, kwargs)])
+    result = span_of(spans, args, kwargs)
+    return any(s[0] <= lo or s[1] >= hi for s in spans + [result]), result
+
+
+# ops whose RULES span is no bound of the result's values, only of what the law reads: clamp
+# moves values to its bounds (not measured), diag_embed adds zeros
+_NOT_A_BOUND = {_aten.clamp.default, _aten.clamp_.default, _aten.clamp_min.default, _aten.clamp_min_.default,
+                _aten.clamp_max.default, _aten.clamp_max_.default, _aten.diag_embed.default}
 
 
 def _guarded(op, keyset, args, kwargs):
-    """The call on the CPU when its values leave the exact span, else through unchanged."""
-    return _select.on_cpu(op, args, kwargs) if outside(op, args, kwargs) else None
+    """The call on the CPU when its values leave the exact span, else on the device, its
+    result's span kept (:func:`remember`)."""
+    leaves, span = _assess(op, args, kwargs)
+    if leaves:
+        return _select.on_cpu(op, args, kwargs)
+    if span is None or keyset is None or op in _NOT_A_BOUND:
+        return None
+    result = _select.pass_on(op, keyset, args, kwargs, after=_guarded)
+    remember(result[0] if isinstance(result, (tuple, list)) else result, span)
+    return _select.Done(result, record=False)
 
 
 def net_fix(op, args, kwargs):
@@ -321,11 +414,14 @@ def install(ctx) -> None:
         dispatcher.add_hook(base, net_fix)
         if not all(dispatcher.holds(op) for op in ops):
             _net_kernels[ops].install(ctx)
+    dispatcher.add_hook("_to_copy", _copied_over, after=True)
 
 
 def uninstall() -> None:
     from . import dispatcher
     _patches.restore()
+    dispatcher.remove_hook("_to_copy", _copied_over, after=True)
+    forget_all()
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.remove_hook(base, net_fix)
         _net_kernels[ops].uninstall()

@@ -1,0 +1,92 @@
+"""What ``activate()`` costs once a DirectML device is present: CPU calls, and device calls
+with nothing to fix, before and after, with the compiled gate and without it.
+
+One process with the emulated DirectML device installed (``dmlshim.emulation``), so
+``activate()`` probes it and installs the fixes it needs. Each call is timed in three
+variants, interleaved round by round (benchmarks/timing.py): ``no activate()``,
+``activate(), gate: python`` (``DMLSHIM_GATE=python``: the fixes' Python kernels at
+BackendSelect, as on a machine with no C++ compiler) and ``activate(), gate: compiled``
+(the default where a compiler exists: ``dmlshim/patches/_gate.py``). Each figure is the
+minimum and median of the rounds of 1,000 calls; a note gives min / min and the time
+added per call (min). Goals (issue 38): CPU calls <= 1.05x, device pass-through <= 3 us.
+The emulated device computes on the CPU with Python kernels of its own, so a device
+call's own time is not a GPU's; what the shim adds carries over.
+
+Run: ``python benchmarks/device_present.py [--quick] [--json PATH]`` (default
+``benchmarks/results/device_present-torch<version>.json``).
+"""
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import timing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))    # this checkout's dmlshim
+
+BEFORE, PYTHON, COMPILED = "no activate()", "activate(), gate: python", "activate(), gate: compiled"
+NUMBER = 1000               # calls per round
+
+
+def cases(dev):
+    """``{name: zero-argument call}``: issue 38's calls on small tensors, on the CPU and on
+    ``dev``, none of which needs a fix."""
+    a, b = torch.rand(64), torch.rand(64)
+    m, w, bias = torch.rand(8, 8), torch.rand(8, 8), torch.rand(8)
+    x, k = torch.rand(1, 4, 16), torch.rand(4, 4, 3)
+    out = {}
+    for where, move in (("cpu", lambda t: t), ("device", lambda t: t.to(dev))):
+        a_, b_, m_, w_, bias_, x_, k_ = map(move, (a, b, m, w, bias, x, k))
+        out.update({
+            f"{where}: a * b": lambda a_=a_, b_=b_: a_ * b_,
+            f"{where}: a + b": lambda a_=a_, b_=b_: a_ + b_,
+            f"{where}: a.view(8, 8)": lambda a_=a_: a_.view(8, 8),
+            f"{where}: a[1:]": lambda a_=a_: a_[1:],
+            f"{where}: torch.cat([a, b])": lambda a_=a_, b_=b_: torch.cat([a_, b_]),
+            f"{where}: F.conv1d": lambda x_=x_, k_=k_: F.conv1d(x_, k_),
+            f"{where}: F.linear 8x8": lambda m_=m_, w_=w_, bias_=bias_: F.linear(m_, w_, bias_),
+            f"{where}: torch.matmul 8x8": lambda m_=m_: torch.matmul(m_, m_),
+            f"{where}: a.to(float16)": lambda a_=a_: a_.to(torch.float16),
+        })
+    return out
+
+
+def _activate(gate):
+    def setup():
+        import dmlshim
+        dmlshim.deactivate()
+        os.environ["DMLSHIM_GATE"] = gate
+        dmlshim.activate(trace=0)
+    return setup
+
+
+def main():
+    parser = timing.arg_parser(__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15, help="rounds of 1,000 calls (default 15)")
+    args = parser.parse_args()
+    timing.default_json(args, "device_present")
+    import dmlshim
+    from dmlshim import emulation
+    from dmlshim.patches import _gate
+
+    dev = emulation.install()
+    compiled = _gate.extension("auto") is not None
+    torch.set_num_threads(1)
+    setup = {BEFORE: dmlshim.deactivate, PYTHON: _activate("python")}
+    if compiled:
+        setup[COMPILED] = _activate("compiled")
+    rows, repeats = [], 3 if args.quick else args.repeats
+    for case, call in cases(dev).items():
+        t = timing.measure({v: call for v in setup}, setup=setup, repeats=repeats, number=NUMBER)
+        note = "; ".join(f"{v}: min ratio {t[v].min_s / t[BEFORE].min_s:.3f}x, added "
+                         f"{(t[v].min_s - t[BEFORE].min_s) * 1e6:+.3f} us/call (min)" for v in setup if v != BEFORE)
+        rows += timing.rows(case, t, baseline=BEFORE, note=note)
+    dmlshim.deactivate()
+    timing.finish(args, "device_present", rows, {"torch": torch.__version__, "device": str(dev),
+                                                 "compiled_gate": compiled, "threads": 1, "number": NUMBER})
+
+
+if __name__ == "__main__":
+    main()
