@@ -87,7 +87,8 @@ def test_shim_matches_cpu(kind, model_dir, dml_device, default_shim, profile):
     # timestamps), views of offset views remade (offset_views); the others would fail again
     # without the shim
     if kind == "sensevoice":
-        fixed = {op for op, acts in actions.items() if set(acts) - {"anchored", "pass"}}   # pass: looked, did nothing
+        # pass: looked, did nothing; range read: learned an integer operand's range
+        fixed = {op for op, acts in actions.items() if set(acts) - {"anchored", "pass", "range read"}}
         assert fixed <= {"aten::lt.Tensor", "aten::gather"}, actions
     else:
         assert actions, actions

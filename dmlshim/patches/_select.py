@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import warnings
 from typing import Dict, Tuple
 
@@ -73,14 +74,21 @@ def _run_chain(op, keyset, args, kwargs):
     return None
 
 
-def pass_on(op, keyset, args, kwargs, *, after: Fix):
+def pass_on(op, keyset, args, kwargs, *, after: Fix, traced: bool = False):
     """What a call of ``op`` gives from the fixes after ``after`` in its chain, redispatched
-    below BackendSelect if none answers: how a fix computes the call it then amends."""
+    below BackendSelect if none answers: how a fix computes the call it then amends.
+    ``traced``: a later fix that answers is recorded as ``fix_kernel`` records it (a caller
+    that only watches the call, ``int_range``'s ranges, leaves the report as without it)."""
     chain = _chains.get(op, ())
     for fix in chain[chain.index(after) + 1:] if after in chain else chain:
+        start = time.perf_counter()
         fixed = fix(op, keyset, args, kwargs)
         if fixed is not None:
-            return fixed.result if isinstance(fixed, Done) else op.redispatch(below(keyset), *fixed[0], **fixed[1])
+            done = isinstance(fixed, Done)
+            result = fixed.result if done else op.redispatch(below(keyset), *fixed[0], **fixed[1])
+            if traced and (not done or fixed.record):
+                trace.record(op.name(), "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
+            return result
     return op.redispatch(below(keyset), *args, **kwargs)
 
 

@@ -16,7 +16,7 @@ import struct
 
 import torch
 
-from .. import fallback
+from .. import fallback, ranges
 from . import _select
 from .dispatcher import Done, below
 from .fallback_out import _on_cpu_into_outs, _write
@@ -74,6 +74,11 @@ def _arange(op, keyset, args, kwargs):
     elif made is not out:
         with fallback.guard():                    # the shim's own work: auto's retry stands aside
             _write(out, made)
+    if ranges.integral(out.dtype) and all(type(v) is int for v in (start, end, step)):
+        count = cpu_length(start, end, step, out.dtype)      # its values' range, for int_range
+        last = start + (count - 1) * step
+        if count:
+            ranges.remember(out, (min(start, last), max(start, last)))
     return Done(out, record=False)
 
 

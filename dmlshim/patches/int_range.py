@@ -27,12 +27,12 @@ report; ONNX Runtime's DirectML provider maps 64-bit integers to strided 32-bit 
 from __future__ import annotations
 
 import time
-import weakref
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
 from .. import trace
+from ..ranges import forget_all, integral, known_span, remember
 from . import _select
 from ._wrap import PatchSet
 
@@ -40,6 +40,7 @@ _aten = torch.ops.aten
 Span = Tuple[int, int]
 FLOAT_EXACT = 2 ** 24                 # float32 holds every integer of this magnitude
 _ON_THE_HOST = 1 << 16                # elements: a smaller tensor's range is read on the CPU, exactly
+_AT_THE_COPY = 1 << 12                # elements: a CPU tensor this small has its span taken when copied over
 
 
 def _span(value, op=None) -> Optional[Span]:
@@ -52,7 +53,7 @@ def _span(value, op=None) -> Optional[Span]:
     dimensions ends the process; float32 keeps every value :func:`outside` allows, and a
     larger one rounds to a value it refuses."""
     if isinstance(value, torch.Tensor):
-        if not _integral(value.dtype):
+        if not integral(value.dtype):
             return None
         if value.numel() == 0:
             return (0, 0)
@@ -83,50 +84,12 @@ def _read(value: torch.Tensor, op) -> Span:
     return span
 
 
-# A device tensor's span known without a read: id -> (weak reference, version, span).  The
-# version moves with every write to the tensor or a view of it; a view's span is its base's
-# (its values are among them).  Beside the tensor, never in its __dict__.
-_known: Dict[int, Tuple[weakref.ref, int, Span]] = {}
-_AT_THE_COPY = 1 << 12      # elements: a CPU tensor this small has its span taken when copied over
-
-
-def known_span(t: torch.Tensor) -> Optional[Span]:
-    """The span of integer device tensor ``t`` known without a device read, or None."""
-    for candidate in (t, t._base):
-        entry = _known.get(id(candidate)) if candidate is not None else None
-        if entry is not None and entry[0]() is candidate and entry[1] == _version(candidate):
-            return entry[2]
-    return None
-
-
-def remember(t, span: Optional[Span]) -> None:
-    """Keep ``span`` beside integer device tensor ``t`` until its next write (not for an
-    inference tensor: it has no version to tell a write by)."""
-    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not _integral(t.dtype):
-        return
-    version = _version(t)
-    if version is not None:
-        key = id(t)
-        _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span)
-
-
-def _version(t: torch.Tensor) -> Optional[int]:
-    try:
-        return t._version
-    except RuntimeError:                # "Inference tensors do not track version counter"
-        return None
-
-
-def forget_all() -> None:
-    _known.clear()
-
-
 def _copied_over(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``_to_copy``: a small integer CPU tensor copied to
     the device gives its span on the CPU, without a read."""
     source = args[0]
     if source.is_cpu and isinstance(result, torch.Tensor) and not result.is_cpu \
-            and _integral(result.dtype) and 0 < source.numel() <= _AT_THE_COPY:
+            and integral(result.dtype) and 0 < source.numel() <= _AT_THE_COPY:
         remember(result, (int(source.min()), int(source.max())))
 
 
@@ -278,17 +241,13 @@ def is_number(value) -> bool:
     return not isinstance(value, torch.Tensor) or (value.dim() == 0 and value.is_cpu)
 
 
-def _integral(dtype: torch.dtype) -> bool:
-    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-
-
 def law_of(op, args) -> Optional[str]:
     """Which law ``op`` computes these arguments by (:data:`FLOAT32`, :data:`BITS32`), None
     where the defect leaves the call alone: float or bool dtypes, two tensors where only a
     number goes through float32 (``add`` and ``mul`` of two tensors keep every bit)."""
     rule = RULES.get(op)                # mul's net kernel asks for mul.out too
     tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if rule is None or tensor is None or not _integral(tensor.dtype):
+    if rule is None or tensor is None or not integral(tensor.dtype):
         return None
     law = rule[2]
     if (op in _TWO_TENSORS or op in MUL or op in (_aten.add.Tensor, _aten.add_.Tensor, _aten.add.out)) \
@@ -337,7 +296,7 @@ def _guarded(op, keyset, args, kwargs):
         return _select.on_cpu(op, args, kwargs)
     if span is None or keyset is None or op in _NOT_A_BOUND:
         return None
-    result = _select.pass_on(op, keyset, args, kwargs, after=_guarded)
+    result = _select.pass_on(op, keyset, args, kwargs, after=_guarded, traced=True)
     remember(result[0] if isinstance(result, (tuple, list)) else result, span)
     return _select.Done(result, record=False)
 

@@ -1,0 +1,60 @@
+"""The value ranges of integer device tensors that are known without reading the device.
+
+The integer fixes (``patches/int_range.py``) decide by a tensor's least and greatest value
+whether DirectML computes a call exactly; reading them is a device-to-host sync, which on a
+GPU waits for the queue to drain.  Where a range is known at no cost (a small tensor copied
+from the CPU, ``arange``'s bounds, a result whose range follows from its operands'), it is
+kept here, beside the tensor: keyed by ``id``, checked by a weak reference and the tensor's
+version, which every in-place write to it or a view of it moves.  A view's range is its
+base's (its values are among them).  Never in the tensor's ``__dict__``.
+
+Not seen: a write through ``.data`` (another version counter) or through memory torch does
+not track; an inference tensor has no version, so none is kept for one.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Dict, Optional, Tuple
+
+import torch
+
+Span = Tuple[int, int]
+_known: Dict[int, Tuple[weakref.ref, int, Span]] = {}   # id -> (weak reference, version, span)
+
+
+def integral(dtype: torch.dtype) -> bool:
+    """An integer dtype (not bool)."""
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def known_span(t: torch.Tensor) -> Optional[Span]:
+    """``(least, greatest)`` of integer device tensor ``t``'s values, known without a device
+    read, or None."""
+    for candidate in (t, t._base):
+        entry = _known.get(id(candidate)) if candidate is not None else None
+        if entry is not None and entry[0]() is candidate and entry[1] == _version(candidate):
+            return entry[2]
+    return None
+
+
+def remember(t, span: Optional[Span]) -> None:
+    """Keep ``span`` beside integer device tensor ``t`` until its next write (nothing for a
+    CPU, float or inference tensor)."""
+    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not integral(t.dtype):
+        return
+    version = _version(t)
+    if version is not None:
+        key = id(t)
+        _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span)
+
+
+def forget_all() -> None:
+    """Forget every range kept (``deactivate()``)."""
+    _known.clear()
+
+
+def _version(t: torch.Tensor) -> Optional[int]:
+    try:
+        return t._version
+    except RuntimeError:                # "Inference tensors do not track version counter"
+        return None
