@@ -71,7 +71,7 @@ def _table(kind, arg, pattern=None):
         return _NAMED[kind]()
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
-                     "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', "
+                     "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', 'device_present', "
                      "'fidelity defects', 'fidelity routing', 'repro FILE.json FILE.json ...', "
                      "'integers FILE.json ...'")
 
@@ -387,11 +387,25 @@ def _no_device_figure(d):
             f"minimum of {d['rows'][0]['repeats']} × {d['extra']['number']:,}); installed: {installed}")
 
 
-def _device_figure(d):
-    found = _min_ratios(d, ACTIVATE, "shim off",
-                        lambda c: c.startswith("device:") and "[wrapper only]" not in c)
-    return "; ".join(f"`{case[len('device: '):].split(' (')[0]}` {_us(a)} ({_ratio(r)})"
-                     for case, (r, a) in found.items())
+# benchmarks/device_present.py's variants
+BEFORE, GATE_PYTHON, GATE_COMPILED = "no activate()", "activate(), gate: python", "activate(), gate: compiled"
+
+
+def _gates(d):
+    """The activate() variants of a device_present file: the compiled gate's first, if run."""
+    return [v for v in (GATE_COMPILED, GATE_PYTHON) if (_cases(d)[0], v) in _rows(d)]
+
+
+def _present_figure(where):
+    """The span of min ratios and µs added over ``where``'s cases, per gate."""
+    def figure(d):
+        parts = []
+        for gate in _gates(d):
+            found = _min_ratios(d, gate, BEFORE, lambda c: c.startswith(where + ":")).values()
+            parts.append(f"gate {gate.rsplit(' ', 1)[-1]}: {_span([r for r, _ in found], _ratio)} "
+                         f"({_span([a for _, a in found], _us)} per call)")
+        return "; ".join(parts) + f", minimum of {d['rows'][0]['repeats']} × {d['extra']['number']:,}"
+    return figure
 
 
 def _lstm_figure(d):
@@ -411,8 +425,10 @@ def _model_figure(d, cases=None):
 HEADLINE = (
     ("No DirectML device: CPU `mul`, `add`, `cat`, `relu`, `matmul`, `linear` (64 floats) after "
      "`activate()` against before", "no_device", _no_device_figure),
-    ("Device calls with nothing to fix: `activate()` against inactive (minimum)", "shim_overhead",
-     _device_figure),
+    ("DirectML device present: CPU `mul`, `add`, `view`, slicing, `cat`, `conv1d`, `linear`, "
+     "`matmul`, `to` after `activate()` against before", "device_present", _present_figure("cpu")),
+    ("Device calls with nothing to fix (the same calls on the emulated device): `activate()` "
+     "against before", "device_present", _present_figure("device")),
     ("LSTM on the device (a CPU round trip, cached weights) against the CPU (minimum)", "rnn_routes",
      _lstm_figure),
     ("FunASR paraformer-zh size (247M), device + shim against the CPU (median)", "funasr_bench",
@@ -448,6 +464,24 @@ def no_device_table():
     installed = "; ".join(f"{_lane(d)}: {', '.join(d['extra']['installed']) or 'nothing'}" for _, d in lanes)
     return "\n".join(lines) + (f"\n\nInstalled by `activate()` ({installed}). From "
                                + "; ".join(_cite(n, d) for n, d in lanes) + ".")
+
+
+def device_present_table():
+    """``benchmarks/device_present.py`` per call and lane: minimum before ``activate()``,
+    and after it with each gate."""
+    lanes = _lanes("device_present")
+    lines = ["| call | torch | before | " + " | ".join(f"after, gate {g.rsplit(' ', 1)[-1]}"
+                                                      for g in _gates(lanes[0][1])) + " |",
+             "|---" * (3 + len(_gates(lanes[0][1]))) + "|"]
+    for case in _cases(lanes[0][1]):
+        for i, (_, d) in enumerate(lanes):
+            rows = _rows(d)
+            before = rows[case, BEFORE]["min_s"]
+            cells = [f"{_time(rows[case, g]['min_s'])} ({_ratio(rows[case, g]['min_s'] / before)}, "
+                     f"{_us((rows[case, g]['min_s'] - before) * 1e6)})" for g in _gates(d)]
+            lines.append("| " + " | ".join(_cell(x) for x in [f"`{case}`" if i == 0 else "", _lane(d),
+                                                              _time(before), *cells]) + " |")
+    return "\n".join(lines) + "\n\nFrom " + "; ".join(_cite(n, d) for n, d in lanes) + "."
 
 
 # ------------------------------------------------------------------ fidelity (benchmarks/fidelity.py)
@@ -547,7 +581,8 @@ def _routing_cell(v):
     return _cell(f"{v['outcome']} ({counts})" + (f": {example[:100]}" if example else ""))
 
 
-_NAMED = {"headline": headline_table, "no_device": no_device_table}   # markers without a file
+_NAMED = {"headline": headline_table, "no_device": no_device_table,     # markers without a file
+          "device_present": device_present_table}
 
 
 if __name__ == "__main__":
