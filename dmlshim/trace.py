@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -50,6 +50,8 @@ class OpStats:
 
 _lock = threading.Lock()
 _stats: Dict[str, OpStats] = {}
+# device-to-host reads, by whose code made them: ("model" | "dmlshim", op) -> [reads, bytes]
+_syncs: Dict[Tuple[str, str], List[int]] = {}
 _caches: Dict[str, Callable[[], "tuple[int, int]"]] = {}   # name -> () -> (tensors, bytes)
 _current: contextvars.ContextVar = contextvars.ContextVar("dmlshim_call_bytes", default=None)
 _sink: Optional[Callable[[dict], None]] = None
@@ -98,10 +100,25 @@ def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, arg
         stats.seconds += seconds
         stats.h2d += h2d
         stats.d2h += d2h
+        if d2h:                             # the shim's own work read the device
+            _count_sync("dmlshim", op, d2h)
     sink = _sink
     if sink is not None:
         sink({"op": op, "action": action, "inputs": describe(args, kwargs),
               "us": round(seconds * 1e6, 1), "h2d": h2d, "d2h": d2h})
+
+
+def synced(op: str, nbytes: int) -> None:
+    """Count one device-to-host read the model's own code made (``.cpu()``, ``.item()``
+    of a device tensor; the dispatcher net's watchers call this)."""
+    with _lock:
+        _count_sync("model", op, nbytes)
+
+
+def _count_sync(who: str, op: str, nbytes: int) -> None:
+    counts = _syncs.setdefault((who, op), [0, 0])
+    counts[0] += 1
+    counts[1] += nbytes
 
 
 def describe(args, kwargs=None) -> List[dict]:
@@ -134,18 +151,22 @@ class Report:
     """Snapshot of the per-op stats.  ``str(report)`` is a table; ``rows`` and
     ``caches`` hold the same numbers for programs (seconds, bytes)."""
 
-    def __init__(self, rows: List[dict], caches: Dict[str, dict], defects: Optional[dict] = None):
+    def __init__(self, rows: List[dict], caches: Dict[str, dict], defects: Optional[dict] = None,
+                 syncs: Optional[Dict[str, Dict[str, dict]]] = None):
         self.rows = rows
         self.caches = caches
         self.defects = defects            # dmlshim.probing.Detection.to_dict() of activate()
+        # device-to-host reads: {"model": {op: {"reads", "bytes"}}, "dmlshim": {...}}
+        self.syncs = syncs if syncs is not None else {"model": {}, "dmlshim": {}}
 
     def to_dict(self) -> dict:
-        return {"ops": self.rows, "caches": self.caches, "defects": self.defects}
+        return {"ops": self.rows, "caches": self.caches, "defects": self.defects, "syncs": self.syncs}
 
     def __str__(self) -> str:
         lines = table_lines(STAT_HEAD, [stat_cells(r) for r in self.rows])
         if not self.rows:
             lines.append("(no intercepted calls on the target device)")
+        lines += sync_lines(self.syncs)
         lines += cache_lines(self.caches)
         if self.defects is not None:
             lines += defect_lines(self.defects)
@@ -175,6 +196,19 @@ def defect_lines(detection: dict, indent: str = "") -> List[str]:
     return [head] + table_lines(("defect", "row", "status", "fixes ((off))", "figure"), rows, indent + "  ")
 
 
+def sync_lines(syncs: Dict[str, Dict[str, dict]], indent: str = "") -> List[str]:
+    """One line per side: the device-to-host reads the model made, and dmlshim's."""
+    lines = []
+    for who, label in (("model", "the model's"), ("dmlshim", "dmlshim's")):
+        ops = syncs.get(who, {})
+        if ops:
+            total = sum(c["reads"] for c in ops.values())
+            size = human_bytes(sum(c["bytes"] for c in ops.values()))
+            top = ", ".join(f"{op} {c['reads']}" for op, c in sorted(ops.items(), key=lambda x: -x[1]["reads"])[:4])
+            lines.append(f"{indent}device-to-host reads, {label}: {total} ({size}; {top})")
+    return lines
+
+
 def cache_lines(caches: Dict[str, dict], indent: str = "") -> List[str]:
     """One line per shim-owned cache (``{name: {"tensors", "bytes"}}``)."""
     return [f"{indent}cache {name}: {c['tensors']} tensors, {human_bytes(c['bytes'])}"
@@ -201,13 +235,16 @@ def report() -> Report:
     with _lock:
         rows = [{"op": op, "calls": s.calls, "actions": dict(s.actions), "seconds": s.seconds,
                  "h2d": s.h2d, "d2h": s.d2h} for op, s in _stats.items()]
+        syncs = {"model": {}, "dmlshim": {}}
+        for (who, op), (reads, size) in _syncs.items():
+            syncs[who][op] = {"reads": reads, "bytes": size}
     rows.sort(key=lambda r: r["seconds"], reverse=True)
     caches = {}
     for name, sizer in list(_caches.items()):
         tensors, size = sizer()
         caches[name] = {"tensors": tensors, "bytes": size}
     detection = last_detection()
-    return Report(rows, caches, None if detection is None else detection.to_dict())
+    return Report(rows, caches, None if detection is None else detection.to_dict(), syncs)
 
 
 # () -> the last probing.Detection or None; dmlshim.probing installs its own on import
@@ -216,9 +253,10 @@ last_detection: Callable[[], object] = lambda: None
 
 
 def reset() -> None:
-    """Forget all per-op stats."""
+    """Forget all per-op stats and read counts."""
     with _lock:
         _stats.clear()
+        _syncs.clear()
 
 
 # --------------------------------------------------------------------------- tracing

@@ -121,3 +121,21 @@ def test_count_sees_python_kernels(dml_device, monkeypatch):
         assert _python_kernel_calls(lambda: xd * (xd > 0)) > 0
     finally:
         dmlshim.deactivate()
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_report_splits_device_reads_into_the_models_and_dmlshims(gate, dml_device):
+    """Behind the gate, ``.item()`` and ``.cpu()`` of device tensors are counted as the
+    model's reads; dmlshim's own (an integer range nothing knew) apart."""
+    x = torch.arange(8).to(dml_device)
+    doubled = torch.cat([x, x])                 # cat carries no range
+    dmlshim.trace.reset()
+    assert x.sum().item() == 28
+    assert x.cpu().tolist() == list(range(8))
+    assert (doubled + 1).cpu()[-1].item() == 8  # a read of the device, then a CPU item()
+    syncs = dmlshim.report().syncs
+    assert syncs["model"] == {"aten::_local_scalar_dense": {"reads": 1, "bytes": 8},
+                              "aten::_to_copy": {"reads": 2, "bytes": (8 + 16) * 8}}
+    assert syncs["dmlshim"] == {"aten::add.Tensor": {"reads": 1, "bytes": 16 * 8}}
+    text = str(dmlshim.report())
+    assert "device-to-host reads, the model's: 3" in text and "device-to-host reads, dmlshim's: 1" in text

@@ -432,6 +432,23 @@ def _autograd_island_kernel(op, backend, target: str, name: str):
     return kernel
 
 
+def _read_by_model(op, args, kwargs, result) -> None:
+    """``_to_copy``'s after-hook: a copy of a device tensor to the CPU outside the shim's own
+    work is a device-to-host read the model made (``trace.synced``)."""
+    if not args[0].is_cpu and isinstance(result, torch.Tensor) and result.is_cpu:
+        trace.synced(op.name(), trace.nbytes(result))
+
+
+def _scalar_read_kernel(op, backend):
+    """``_local_scalar_dense`` (``.item()``, ``bool(t)``, ``int(t)``) of a device tensor: a
+    read the model made, counted; behind the compiled gate only (a CPU call pays no Python)."""
+    def kernel(keyset, *args, **kwargs):
+        if keyset.has(backend) and not fallback.busy():
+            trace.synced(op.name(), args[0].element_size())
+        return op.redispatch(keyset & _BELOW, *args, **kwargs)
+    return kernel
+
+
 def _home(keyset, backend, target, device, from_islands, args, kwargs):
     """The device a call's values belong to: its first target-device tensor, a
     ``device=`` of the target type (``_to_copy(cpu_t, device=dml)``, factories), or the
@@ -484,6 +501,13 @@ def install(ctx: Context) -> None:
         if _at_autograd_too(op, makes):              # stands in for torch's autograd kernel
             library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
                          "Autograd" + backend.name, with_keyset=True)
+    # the model's own device-to-host reads, counted for report() where the gate keeps CPU
+    # calls free of Python: .cpu()/.to("cpu") (the _to_copy kernel's after-hook) and .item()
+    if _gate.extension(ctx.gate) is not None:
+        add_hook("_to_copy", _read_by_model, after=True)
+        scalar = _aten._local_scalar_dense.default
+        _gates.append(_gate.register(library, scalar, _scalar_read_kernel(scalar, backend),
+                                     ctx.target, ctx.gate))
     # composites at both keys (COMPOSITES); torch-directml has no kernel of these ops there
     for op, needs in filter(lambda item: on(item[0]), _composite_overloads()):
         name = op.name()
@@ -501,6 +525,7 @@ def holds(op) -> bool:
 def uninstall() -> None:
     global _library
     _held.clear()
+    remove_hook("_to_copy", _read_by_model, after=True)
     while _gates:
         registration = _gates.pop()
         if registration is not None:

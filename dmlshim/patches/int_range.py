@@ -31,7 +31,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from .. import trace
+from .. import fallback, trace
 from ..ranges import forget_all, integral, known_span, remember
 from . import _select
 from ._wrap import PatchSet
@@ -72,13 +72,14 @@ def _span(value, op=None) -> Optional[Span]:
 def _read(value: torch.Tensor, op) -> Span:
     """The span of a device tensor nothing knows: one device-to-host read, counted."""
     start = time.perf_counter()
-    if value.numel() <= _ON_THE_HOST:
-        host = value.cpu()
-        span, read = (int(host.min()), int(host.max())), trace.nbytes(value)
-    else:
-        as_float = value.float().reshape(-1)
-        lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
-        span, read = (int(lo), int(hi)), 8
+    with fallback.guard():                      # the shim's own read, not the model's
+        if value.numel() <= _ON_THE_HOST:
+            host = value.cpu()
+            span, read = (int(host.min()), int(host.max())), trace.nbytes(value)
+        else:
+            as_float = value.float().reshape(-1)
+            lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
+            span, read = (int(lo), int(hi)), 8
     trace.record(op.name() if op is not None else "int_range", "range read",
                  time.perf_counter() - start, d2h=read)
     return span
