@@ -12,7 +12,11 @@ added per call (min). Goals (issue 38): CPU calls <= 1.05x, device pass-through 
 The emulated device computes on the CPU with Python kernels of its own, so a device
 call's own time is not a GPU's; what the shim adds carries over.
 
-Run: ``python benchmarks/device_present.py [--quick] [--json PATH]`` (default
+With ``--device directml`` the same runs on the real torch-directml 0.2.5 (under
+``python -m dmlshim realdml run --``, docs/realdml.md; ``device_present-realdml.json``):
+lavapipe is a CPU, so only what the shim adds means something there.
+
+Run: ``python benchmarks/device_present.py [--quick] [--json PATH] [--device D]`` (default
 ``benchmarks/results/device_present-torch<version>.json``).
 """
 import os
@@ -65,13 +69,21 @@ def _activate(gate):
 def main():
     parser = timing.arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="rounds of 1,000 calls (default 15)")
+    parser.add_argument("--device", choices=("emulated", "directml"), default="emulated",
+                        help="the emulated device (default) or the real torch-directml")
     args = parser.parse_args()
-    timing.default_json(args, "device_present")
     import dmlshim
     from dmlshim import emulation, probing
     from dmlshim.patches import _gate
 
-    dev = emulation.install()
+    if args.device == "directml":
+        import torch_directml
+        dev = torch_directml.device()
+        if args.json is None and not args.quick:
+            args.json = timing.results_path("device_present-realdml.json")
+    else:
+        timing.default_json(args, "device_present")
+        dev = emulation.install()
     compiled = _gate.extension("auto") is not None
     dmlshim.activate(trace=0)                # probe once; each turn's activate() reuses the verdicts,
     detection = probing.last()               # as the cache does for a real adapter (the emulated
@@ -88,7 +100,8 @@ def main():
                          f"{(t[v].min_s - t[BEFORE].min_s) * 1e6:+.3f} us/call (min)" for v in setup if v != BEFORE)
         rows += timing.rows(case, t, baseline=BEFORE, note=note)
     dmlshim.deactivate()
-    timing.finish(args, "device_present", rows, {"torch": torch.__version__, "device": str(dev),
+    where = "the real torch-directml on lavapipe" if args.device == "directml" else "the emulated device"
+    timing.finish(args, "device_present", rows, {"torch": torch.__version__, "device": f"{dev} ({where})",
                                                  "compiled_gate": compiled, "threads": 1, "number": NUMBER})
 
 

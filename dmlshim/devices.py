@@ -8,6 +8,7 @@ installed in this process - it then stands in for DirectML (tests, ``check``).
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import sys
 import threading
@@ -36,6 +37,20 @@ def _torch_directml() -> Optional[Any]:
     except Exception:
         _import_failed = True
         return None
+
+
+def torch_directml_version(dml: Any) -> Optional[str]:
+    """The installed torch-directml's version (``"0.2.5.dev240914"``), or None without it.
+    The module has no ``__version__``: its distribution's metadata is read."""
+    if dml is None:
+        return None
+    version = getattr(dml, "__version__", None)
+    if version is None:
+        try:
+            version = importlib.metadata.version("torch-directml")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    return version
 
 
 def available(kind: str) -> bool:
@@ -229,7 +244,7 @@ def info() -> Dict[str, Any]:
     dml = _torch_directml()
     return {
         "torch": torch.__version__,
-        "torch_directml": getattr(dml, "__version__", None) if dml is not None else None,
+        "torch_directml": torch_directml_version(dml),
         "available": {k: available(k) for k in ORDER},
         "directml_adapters": directml_adapters(),
         "selected": _selected(),

@@ -66,7 +66,7 @@ def examine(device: str = "directml", seconds: float = 60.0, ops: str = DEFAULT_
         "emulated": device == "emulated",
         "float64": devices.has_float64_support(detection.device),
         "versions": {"dmlshim": __version__, "torch": torch.__version__,
-                     "torch_directml": getattr(dml, "__version__", None),
+                     "torch_directml": devices.torch_directml_version(dml),
                      "python": platform.python_version(), "os": platform.platform()},
         "probes": detection.to_dict(),
         "conformance": conformance_pass(torch.device(detection.device), seconds, ops),

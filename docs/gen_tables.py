@@ -5,7 +5,8 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: conformance -->             the OpInfo conformance summary, one row per torch lane
     <!-- results: conformance groups -->      matches per dtype group and mode, rows per lane
     <!-- results: bench FILE.json -->         every row of one benchmark results file
-    <!-- results: headline -->                the four figures a user asks for first, per lane
+    <!-- results: headline -->                the figures a user asks for first, per lane
+                                              (``headline readme``: README.md's, without the LSTM's)
     <!-- results: no_device -->               CPU calls before/after activate() with no device
     <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
     <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
@@ -69,6 +70,8 @@ def _table(kind, arg, pattern=None):
         return integers_table([arg] + (pattern.split() if pattern else []))
     if kind in _NAMED and arg is None:
         return _NAMED[kind]()
+    if kind == "headline" and arg == "readme" and pattern is None:
+        return headline_table(readme=True)
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
                      "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', 'device_present', "
@@ -397,14 +400,15 @@ def _gates(d):
 
 
 def _present_figure(where):
-    """The span of min ratios and µs added over ``where``'s cases, per gate."""
+    """The span of µs added and min ratios over ``where``'s cases: the compiled gate's, then
+    the Python kernels' (no compiler)."""
     def figure(d):
         parts = []
         for gate in _gates(d):
             found = _min_ratios(d, gate, BEFORE, lambda c: c.startswith(where + ":")).values()
-            parts.append(f"gate {gate.rsplit(' ', 1)[-1]}: {_span([r for r, _ in found], _ratio)} "
-                         f"({_span([a for _, a in found], _us)} per call)")
-        return "; ".join(parts) + f", minimum of {d['rows'][0]['repeats']} × {d['extra']['number']:,}"
+            parts.append(("" if gate == GATE_COMPILED else "no compiler: ")
+                         + f"{_span([a for _, a in found], _us)} ({_span([r for r, _ in found], _ratio)})")
+        return "; ".join(parts)
     return figure
 
 
@@ -421,30 +425,40 @@ def _model_figure(d, cases=None):
         + ("; output identical to the CPU's" if same else "; OUTPUT DIFFERS from the CPU's")
 
 
+def _model_cpu_figure(d):
+    rows = _rows(d)
+    return "; ".join(f"{case}: {_ratio(rows[case, 'cpu+shim']['ratio'])}" for case in _cases(d))
+
+
 # (what, where it comes from, figure(data)), in the order a user asks
 HEADLINE = (
     ("No DirectML device: CPU `mul`, `add`, `cat`, `relu`, `matmul`, `linear` (64 floats) after "
      "`activate()` against before", "no_device", _no_device_figure),
-    ("DirectML device present: CPU `mul`, `add`, `view`, slicing, `cat`, `conv1d`, `linear`, "
-     "`matmul`, `to` after `activate()` against before", "device_present", _present_figure("cpu")),
-    ("Device calls with nothing to fix (the same calls on the emulated device): `activate()` "
-     "against before", "device_present", _present_figure("device")),
+    ("A DirectML device present: CPU `mul`, `add`, `view`, slicing, `cat`, `conv1d`, `linear`, "
+     "`matmul`, `to` after `activate()` against before (minimum, per call)", "device_present",
+     _present_figure("cpu")),
+    ("The same calls on the device, nothing to fix", "device_present", _present_figure("device")),
     ("LSTM on the device (a CPU round trip, cached weights) against the CPU (minimum)", "rnn_routes",
      _lstm_figure),
     ("FunASR paraformer-zh size (247M), device + shim against the CPU (median)", "funasr_bench",
      lambda d: _model_figure(d, ("5s", "11s"))),
     ("GFPGANv1Clean 512×512, device + shim against the CPU (median)", "gfpgan_bench", _model_figure),
+    ("FunASR on the CPU with a DirectML device present, `activate()` against before (median)",
+     "funasr_bench", _model_cpu_figure),
 )
 
 
-def headline_table():
-    """The four figures a user asks for first, one row per torch lane, each with its
-    results file, date and machine."""
+def headline_table(readme: bool = False):
+    """The figures a user asks for first, one row per torch lane, each with its results file,
+    date and machine; ``readme``: without the LSTM's (README.md stays within 12 KB)."""
     lines = ["| figure | torch | value | from |", "|---|---|---|---|"]
     for what, prefix, figure in HEADLINE:
-        for i, (name, d) in enumerate(_lanes(prefix)):
+        if readme and prefix == "rnn_routes":
+            continue
+        lanes = _present_lanes() if prefix == "device_present" else _lanes(prefix)
+        for i, (name, d) in enumerate(lanes):
             lines.append("| " + " | ".join(_cell(x) for x in (
-                what if i == 0 else "", _lane(d), figure(d), _cite(name, d))) + " |")
+                what if i == 0 else "", _present_lane(name, d), figure(d), _cite(name, d))) + " |")
     return "\n".join(lines)
 
 
@@ -466,21 +480,32 @@ def no_device_table():
                                + "; ".join(_cite(n, d) for n, d in lanes) + ".")
 
 
+def _present_lanes():
+    """device_present's files: each torch lane's on the emulated device, then the real
+    binary's (``device_present-realdml.json``) where it was run."""
+    real = "device_present-realdml.json"
+    return _lanes("device_present") + ([(real, _load(real))] if os.path.isfile(os.path.join(RESULTS, real)) else [])
+
+
+def _present_lane(name, d):
+    return _lane(d) + (", real torch-directml (lavapipe)" if "realdml" in name else "")
+
+
 def device_present_table():
     """``benchmarks/device_present.py`` per call and lane: minimum before ``activate()``,
     and after it with each gate."""
-    lanes = _lanes("device_present")
+    lanes = _present_lanes()
     lines = ["| call | torch | before | " + " | ".join(f"after, gate {g.rsplit(' ', 1)[-1]}"
                                                       for g in _gates(lanes[0][1])) + " |",
              "|---" * (3 + len(_gates(lanes[0][1]))) + "|"]
     for case in _cases(lanes[0][1]):
-        for i, (_, d) in enumerate(lanes):
+        for i, (name, d) in enumerate(lanes):
             rows = _rows(d)
             before = rows[case, BEFORE]["min_s"]
             cells = [f"{_time(rows[case, g]['min_s'])} ({_ratio(rows[case, g]['min_s'] / before)}, "
                      f"{_us((rows[case, g]['min_s'] - before) * 1e6)})" for g in _gates(d)]
-            lines.append("| " + " | ".join(_cell(x) for x in [f"`{case}`" if i == 0 else "", _lane(d),
-                                                              _time(before), *cells]) + " |")
+            lines.append("| " + " | ".join(_cell(x) for x in [f"`{case}`" if i == 0 else "",
+                                                              _present_lane(name, d), _time(before), *cells]) + " |")
     return "\n".join(lines) + "\n\nFrom " + "; ".join(_cite(n, d) for n, d in lanes) + "."
 
 

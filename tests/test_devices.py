@@ -83,3 +83,23 @@ def test_emulated_device_stands_in_for_directml(dml_device, monkeypatch):
     assert select_device() == dml_device
     [adapter] = devices.directml_adapters()
     assert adapter["name"].startswith("emulated") and adapter["float64"] == devices.has_float64_support(dml_device)
+
+
+def test_torch_directml_version_from_its_distribution(monkeypatch):
+    """torch_directml has no __version__: info and doctor read the distribution's."""
+    import importlib.metadata
+    import types
+
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "0.2.5.dev240914" if name == "torch-directml" else "?")
+    assert devices.torch_directml_version(types.ModuleType("torch_directml")) == "0.2.5.dev240914"
+    assert devices.torch_directml_version(None) is None
+
+
+def test_info_names_torch_directml_where_it_runs(dml_device):
+    """On the real binary ``info`` names its version (it printed "not installed" there)."""
+    found = devices.info()["torch_directml"]
+    if "torch_directml" in sys.modules:
+        assert found and found.startswith("0.2.5")
+    else:
+        assert found is None                # the emulated device: torch-directml is not here

@@ -99,8 +99,9 @@ def test_readme_and_performance_figures_are_generated_and_current():
     page = (DOCS / "performance.md").read_text(encoding="utf-8")
     assert page.index("<!-- results: headline -->") < page.index("<!-- results: no_device -->")
     headline = gen.headline_table()
-    for prefix in ("no_device", "shim_overhead", "rnn_routes", "funasr_bench", "gfpgan_bench"):
+    for prefix in ("no_device", "device_present", "rnn_routes", "funasr_bench", "gfpgan_bench"):
         assert f"`{prefix}-torch" in headline, prefix
+    assert "`device_present-realdml.json`" in headline and "rnn_routes" not in gen.headline_table(readme=True)
 
 
 def test_a_filtered_table_keeps_the_matching_rows_and_names_its_run():
