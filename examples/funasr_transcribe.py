@@ -79,6 +79,8 @@ def parse_args(argv=None):
                         "device with CPU numerics, device otherwise)")
     p.add_argument("--ncpu", type=int, default=min(4, os.cpu_count() or 1),
                    help="CPU threads for torch (default: %(default)s)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the table of defects activate() probed with the report")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="where random-weight models are built (default: ~/.cache/dmlshim/funasr)")
     args = p.parse_args(argv)
@@ -267,7 +269,8 @@ def main(argv=None):
     results = run(model, args.audio, args.hotword, str(device), streaming)
     show(results)
     print("\ndmlshim: intercepted calls on the device")
-    print(dmlshim.report())
+    report = dmlshim.report()
+    print(report if args.verbose else report.brief())
 
     if args.compare_cpu:
         from dmlshim import parity

@@ -302,6 +302,20 @@ def _guarded(op, keyset, args, kwargs):
     return _select.Done(result, record=False)
 
 
+def _indices(op, keyset, args, kwargs):
+    """``argmax``/``argmin``: on the device as they are, their indices' range kept from the
+    input's shape (0 to the reduced size less one), so an integer op on them reads nothing
+    (a greedy decoder's next token: Whisper's)."""
+    result = _select.pass_on(op, keyset, args, kwargs, after=_indices, traced=True)
+    x, dim = args[0], (args[1] if len(args) > 1 else kwargs.get("dim"))
+    size = x.numel() if dim is None or x.dim() == 0 else x.shape[dim]
+    remember(result, (0, max(size - 1, 0)))
+    return _select.Done(result, record=False)
+
+
+_INDICES = (_aten.argmax.default, _aten.argmin.default)
+
+
 def net_fix(op, args, kwargs):
     """``mul``'s and ``_index_put_impl_``'s fix for the dispatcher net's kernels (None:
     nothing to fix)."""
@@ -337,6 +351,8 @@ def _setitem(func, args, kwargs):
     flat positions into the whole tensor (held above: on the CPU, written back whole)."""
     self, index, value = args
     if self._base is not None or not self.is_contiguous() or not past_32_bits(value):
+        if type(value) is int:          # copied over, its range known: torch's own device
+            value = torch.tensor(value, dtype=self.dtype).to(self.device)   # scalar is not
         return "pass", func(self, index, value)
     places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
     value = torch.as_tensor(value, dtype=self.dtype)
@@ -353,7 +369,8 @@ def _int64_on(target: str):
     return select
 
 
-_kernels = _select.Kernels({op: _guarded for op in RULES if op not in MUL + PUT})
+_kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
+                           **{op: _indices for op in _INDICES}})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
 # would change what float x bool gives while mul's own fix is off (a float out for bool)
