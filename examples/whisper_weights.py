@@ -209,17 +209,22 @@ def funasr_dir(cache: Path = None) -> Path:
     import yaml
 
     source = checkpoint(cache=cache)
-    target = source.with_suffix("")
-    if (target / "model.pt").is_file():
-        return target
     saved = torch.load(source, map_location="cpu")
     config = {"model": "WhisperWarp", "model_conf": {"dims": saved["dims"]},
               "frontend": "WhisperFrontend", "frontend_conf": {"n_mels": saved["dims"]["n_mels"],
                                                                "do_pad_trim": True},
               "tokenizer": "WhisperTokenizer",
-              "tokenizer_conf": {"language": "en", "task": "transcribe", "is_multilingual": False}}
+              "tokenizer_conf": {"language": "en", "task": "transcribe", "is_multilingual": False},
+              # what generate() decodes with unless told otherwise (funasr-server passes no
+              # options; tiny.en has no language tokens to detect a language with)
+              "DecodingOptions": {"language": "en", "without_timestamps": True, "fp16": False}}
+    text = yaml.safe_dump(config, sort_keys=False)
+    # named by the checkpoint and the config: a changed recipe never reuses a stale directory
+    target = source.with_name(f"{source.stem}-funasr-{hashlib.sha1(text.encode()).hexdigest()[:8]}")
+    if (target / "model.pt").is_file():
+        return target
     part = Path(tempfile.mkdtemp(dir=source.parent, suffix=".part"))
-    (part / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    (part / "config.yaml").write_text(text, encoding="utf-8")
     torch.save({f"model.{k}": v for k, v in saved["model_state_dict"].items()}, part / "model.pt")
     os.replace(part, target)
     return target

@@ -11,6 +11,7 @@ import concurrent.futures as cf
 import re
 import shutil
 import time
+from pathlib import Path
 
 import openai
 import pytest
@@ -117,3 +118,22 @@ def test_fun_asr_nano_serves_the_cpu_transcripts(nano_dir, tmp_path):
     assert texts == expected and all(texts.values()), (texts, expected)
     log = server.log_tail(20000)
     assert re.search(r"torch\.cat\s+\d+\s+drop-empty=", log[log.index("dmlshim report"):])
+
+
+@pytest.mark.emulated_only(
+    reason="examples/funasr_server.Server serves on the emulated device in a child (dmlshim run "
+           "--device emulated funasr-server); it has no real-device mode")
+def test_whisper_with_real_weights_serves_real_words(tmp_path):
+    """funasr-server with Whisper tiny.en's real weights (examples/whisper_weights.py) on the
+    emulated device: the reply holds the words spoken in examples/data/en.wav."""
+    import whisper_weights
+
+    src = whisper_weights.funasr_dir()
+    dst = tmp_path / src.name
+    shutil.copytree(src, dst)
+    config = yaml.safe_load((dst / "config.yaml").read_text(encoding="utf-8"))
+    (dst / "config.yaml").write_text(yaml.safe_dump(dict(config, ncpu=1)), encoding="utf-8")
+    data = (Path(__file__).resolve().parent.parent / "examples" / "data" / "en.wav").read_bytes()
+    with Server("emulated", dst, log_dir=tmp_path) as server:
+        text = transcribe(server.client(max_retries=0), data, "en.wav")
+    assert "graphics card" in text and "lazy dog" in text, text
