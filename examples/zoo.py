@@ -55,7 +55,7 @@ import timing  # noqa: E402
 AUDIO = [HERE / "data" / "zh.wav", HERE / "data" / "en.wav"]
 PHOTO = HERE / "data" / "astronaut.jpg"
 HEADER = ("model", "raw on DirectML", "what dmlshim does", "parity with the CPU",
-          "time: emulated / CPU")
+          "time: emulated / CPU", "device-to-host reads: the model's / dmlshim's")
 
 
 @dataclasses.dataclass
@@ -230,6 +230,16 @@ def shim_actions():
                      for r in rows) or "nothing (no call intercepted)"
 
 
+def reads():
+    """The run's device-to-host reads, the model's and dmlshim's, with dmlshim's ops
+    (``dmlshim.report().syncs``)."""
+    syncs = dmlshim.report().syncs
+    count = {who: sum(c["reads"] for c in ops.values()) for who, ops in syncs.items()}
+    ops = ", ".join(f"`{op}` {c['reads']}" for op, c in sorted(syncs["dmlshim"].items(),
+                                                               key=lambda x: -x[1]["reads"]))
+    return f"{count['model']} / {count['dmlshim']}" + (f" ({ops})" if ops else "")
+
+
 def evaluate(family, device):
     """One table row (a tuple of strings) and whether the shim run is within the profile
     (None: it fails with the shim too)."""
@@ -246,10 +256,11 @@ def evaluate(family, device):
     try:
         got, seconds = timed(family, device)
         text, ok = family.figures(got, reference)
-        row = (family.name, raw_cell, shim_actions(), text, f"{seconds:.2f} s / {cpu_seconds:.2f} s")
+        row = (family.name, raw_cell, shim_actions(), text, f"{seconds:.2f} s / {cpu_seconds:.2f} s",
+               reads())
     except Exception as exc:  # noqa: BLE001
         ok = None        # a clear failure is a table entry, not a parity mismatch
-        row = (family.name, raw_cell, f"does not fix it: {first_error(exc)}", "-", "-")
+        row = (family.name, raw_cell, f"does not fix it: {first_error(exc)}", "-", "-", "-")
     finally:
         dmlshim.deactivate()
     return row, ok

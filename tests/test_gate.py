@@ -128,14 +128,14 @@ def test_report_splits_device_reads_into_the_models_and_dmlshims(gate, dml_devic
     """Behind the gate, ``.item()`` and ``.cpu()`` of device tensors are counted as the
     model's reads; dmlshim's own (an integer range nothing knew) apart."""
     x = torch.arange(8).to(dml_device)
-    doubled = torch.cat([x, x])                 # cat carries no range
+    big = torch.arange(5000).to(dml_device)     # too large to take its range at the copy
     dmlshim.trace.reset()
     assert x.sum().item() == 28
     assert x.cpu().tolist() == list(range(8))
-    assert (doubled + 1).cpu()[-1].item() == 8  # a read of the device, then a CPU item()
+    assert (big + 1).cpu()[-1].item() == 5000   # a read of the device, then a CPU item()
     syncs = dmlshim.report().syncs
     assert syncs["model"] == {"aten::_local_scalar_dense": {"reads": 1, "bytes": 8},
-                              "aten::_to_copy": {"reads": 2, "bytes": (8 + 16) * 8}}
-    assert syncs["dmlshim"] == {"aten::add.Tensor": {"reads": 1, "bytes": 16 * 8}}
+                              "aten::_to_copy": {"reads": 2, "bytes": (8 + 5000) * 8}}
+    assert syncs["dmlshim"] == {"aten::add.Tensor": {"reads": 1, "bytes": 5000 * 8}}
     text = str(dmlshim.report())
     assert "device-to-host reads, the model's: 3" in text and "device-to-host reads, dmlshim's: 1" in text

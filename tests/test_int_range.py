@@ -114,18 +114,37 @@ def test_known_ranges_make_no_host_read(dml_device, shim_off, range_reads, asser
 
 def test_an_unknown_range_is_read_once_until_a_write(dml_device, shim_off, range_reads, assert_parity):
     dmlshim.activate(fallback="known")
-    i = torch.arange(64).to(dml_device)
-    x = torch.cat([i, i])                       # cat carries no range: unknown
+    x = torch.arange(128).repeat(40).to(dml_device)   # 5120 elements: too many to take at the copy
     dmlshim.trace.reset()
     y, z = x + 1, x + 2
     assert range_reads() == {"aten::add.Tensor": 1}
     x[3] = 2 ** 30                              # a write: the range kept is forgotten
     w = x * 64                                  # read again: 2**36 leaves the span, on the CPU
     assert range_reads() == {"aten::add.Tensor": 1, "aten::mul.Tensor": 1}
-    expected = torch.cat([torch.arange(64), torch.arange(64)])
+    expected = torch.arange(128).repeat(40)
     assert_parity((y, z), (expected + 1, expected + 2))
     expected[3] = 2 ** 30
     assert_parity(w, expected * 64)
+
+
+def test_ranges_carry_through_cat_indexing_and_writes(dml_device, shim_off, range_reads, assert_parity):
+    """A decoder's token list: argmax indices, a write of the end token, a concatenation and
+    arithmetic on its views read nothing (Whisper's greedy decode)."""
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+
+    def decode(d):
+        tokens = torch.tensor([[50258, 50259, 50359]]).to(d)
+        logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]]).to(d)
+        for _ in range(3):
+            next_tokens = logits.argmax(dim=-1)
+            next_tokens[tokens[:, -1] == 50257] = 50257
+            tokens = torch.cat([tokens, next_tokens[:, None] + 50300], dim=-1)
+        return tokens, tokens[0, 3:].ge(50301), tokens[:, -1] + 1, tokens - 7
+
+    got = decode(dml_device)
+    assert range_reads() == {}
+    assert_parity(got, decode(torch.device("cpu")))
 
 
 def test_a_known_range_past_the_span_goes_to_the_cpu(dml_device, shim_off, cpu_round_trips, range_reads,

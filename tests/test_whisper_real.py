@@ -57,6 +57,7 @@ def test_the_device_with_dmlshim_gives_the_cpus_tokens(model_dir, cpu_text, dml_
 
     dmlshim.deactivate()
     dmlshim.activate(trace=0)
+    dmlshim.trace.reset()
     try:
         text = whisper_transcribe.transcribe(model_dir, dml_device, [EN], fp16=fp16)[EN]
         syncs = dmlshim.report().syncs

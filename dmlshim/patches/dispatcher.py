@@ -43,10 +43,10 @@ Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], ob
 # a lock.
 hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...]] = {
     "mul": (), "_to_copy": (), "_index_put_impl_": ()}
-# After-hooks of the net's island kernels, told each result the device keeps:
-# f(op, args, kwargs, result) (int_range: the span of an integer tensor copied over).
+# After-hooks of the net's kernels, told each result of a device call: f(op, args, kwargs,
+# result) (int_range: the span of an integer tensor copied over, of a concatenation).
 after_hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict, object], None], ...]] = {
-    "_to_copy": ()}
+    "_to_copy": (), "cat": (), "_index_put_impl_": (), "index": ()}
 
 
 def add_hook(base: str, fix, *, after: bool = False) -> None:
@@ -329,6 +329,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     name = op.name()
     numbers = fallback.numbers_converter(op)
     written = _written_back(op)
+    base = op._schema.name.split("::", 1)[1]
 
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
@@ -340,7 +341,11 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
                 result = fixed.result if done else op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
                 if not done or fixed.record:
                     trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
-                return written(result, args, kwargs) if written else result
+            else:
+                result = op.redispatch(keyset & _BELOW, *args, **kwargs)
+            for tell in after_hooks.get(base, ()):
+                tell(op, args, kwargs, result)
+            return written(result, args, kwargs) if written else result
         result = op.redispatch(keyset & _BELOW, *args, **kwargs)
         return written(result, args, kwargs) if written else result
     return kernel

@@ -302,6 +302,37 @@ def _guarded(op, keyset, args, kwargs):
     return _select.Done(result, record=False)
 
 
+def _concatenated(op, args, kwargs, result) -> None:
+    """The dispatcher net's after-hook of ``cat``: a concatenation of integer tensors whose
+    ranges are all known has their union (a decoder's growing token list)."""
+    if not isinstance(result, torch.Tensor) or result.is_cpu or not integral(result.dtype):
+        return
+    spans = [known_span(t) if not t.is_cpu else _span(t) for t in args[0] if t.numel()]
+    if spans and all(spans):
+        remember(result, (min(s[0] for s in spans), max(s[1] for s in spans)))
+
+
+def _written(op, args, kwargs, result) -> None:
+    """The dispatcher net's after-hook of ``_index_put_impl_``: the tensor's range before the
+    write and the values' give its range after (``_put``), kept for ``x[i] = v``'s wrapper
+    (:func:`_setitem`), which remembers it once the write and its version bump are done."""
+    self, values = args[0], args[2]
+    before = known_span(self)            # the version moves after this kernel returns
+    written = _span(values) if values.is_cpu else known_span(values)
+    if before is not None and written is not None and integral(self.dtype):
+        _after_setitem[id(self)] = _put([before, written], args, kwargs)
+
+
+_after_setitem: Dict[int, Span] = {}     # id(tensor) -> its range once x[i] = v is done
+
+
+def _indexed(op, args, kwargs, result) -> None:
+    """The dispatcher net's after-hook of ``index`` (``x[mask]``, ``x[idx]``): its values are
+    among ``x``'s, so they have ``x``'s range where that is known."""
+    if isinstance(result, torch.Tensor) and not args[0].is_cpu:
+        remember(result, known_span(args[0]))
+
+
 def _indices(op, keyset, args, kwargs):
     """``argmax``/``argmin``: on the device as they are, their indices' range kept from the
     input's shape (0 to the reduced size less one), so an integer op on them reads nothing
@@ -353,7 +384,10 @@ def _setitem(func, args, kwargs):
     if self._base is not None or not self.is_contiguous() or not past_32_bits(value):
         if type(value) is int:          # copied over, its range known: torch's own device
             value = torch.tensor(value, dtype=self.dtype).to(self.device)   # scalar is not
-        return "pass", func(self, index, value)
+        _after_setitem.pop(id(self), None)
+        func(self, index, value)
+        remember(self, _after_setitem.pop(id(self), None))       # the write's, at its version
+        return "pass", None
     places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
     value = torch.as_tensor(value, dtype=self.dtype)
     while value.dim() > places.dim() and value.shape[0] == 1:
@@ -392,12 +426,18 @@ def install(ctx) -> None:
         if not all(dispatcher.holds(op) for op in ops):
             _net_kernels[ops].install(ctx)
     dispatcher.add_hook("_to_copy", _copied_over, after=True)
+    dispatcher.add_hook("cat", _concatenated, after=True)
+    dispatcher.add_hook("_index_put_impl_", _written, after=True)
+    dispatcher.add_hook("index", _indexed, after=True)
 
 
 def uninstall() -> None:
     from . import dispatcher
     _patches.restore()
     dispatcher.remove_hook("_to_copy", _copied_over, after=True)
+    dispatcher.remove_hook("cat", _concatenated, after=True)
+    dispatcher.remove_hook("_index_put_impl_", _written, after=True)
+    dispatcher.remove_hook("index", _indexed, after=True)
     forget_all()
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.remove_hook(base, net_fix)
