@@ -6,7 +6,8 @@ GPU waits for the queue to drain.  Where a range is known at no cost (a small te
 from the CPU, ``arange``'s bounds, a result whose range follows from its operands'), it is
 kept here, beside the tensor: keyed by ``id``, checked by a weak reference and the tensor's
 version, which every in-place write to it or a view of it moves.  A view's range is its
-base's (its values are among them).  Never in the tensor's ``__dict__``.
+base's (its values are among them), unless it reads the memory as another dtype.  Never in
+the tensor's ``__dict__``.
 
 Not seen: a write through ``.data`` (another version counter) or through memory torch does
 not track; an inference tensor has no version, so none is kept for one.
@@ -30,7 +31,8 @@ def integral(dtype: torch.dtype) -> bool:
 def known_span(t: torch.Tensor) -> Optional[Span]:
     """``(least, greatest)`` of integer device tensor ``t``'s values, known without a device
     read, or None."""
-    for candidate in (t, t._base):
+    base = t._base
+    for candidate in (t, base if base is not None and base.dtype == t.dtype else None):
         entry = _known.get(id(candidate)) if candidate is not None else None
         if entry is not None and entry[0]() is candidate and entry[1] == _version(candidate):
             return entry[2]

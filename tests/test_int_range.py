@@ -241,3 +241,15 @@ def test_past_the_span_differ_raw(dml_device, shim_off, assert_differs, case):
 def test_past_the_span_with_the_shim(dml_device, shim_off, assert_parity, case):
     dmlshim.activate(fallback="known")
     assert_parity(case(dml_device), case(torch.device("cpu")))
+
+
+@pytest.mark.emulated_only(reason="the real binary's tensors are opaque: no view as another dtype "
+                                   "('Cannot access storage of OpaqueTensorImpl')")
+def test_a_view_as_another_dtype_does_not_take_its_bases_range(dml_device, shim_off):
+    """int64 -1's bytes are 255: a uint8 view's values are not among the int64 values."""
+    from dmlshim import ranges
+
+    dmlshim.activate(fallback="known")
+    x = torch.tensor([-1, 5]).to(dml_device)
+    assert ranges.known_span(x) == (-1, 5) and ranges.known_span(x[1:]) == (-1, 5)
+    assert ranges.known_span(x.view(torch.uint8)) is None
