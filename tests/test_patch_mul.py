@@ -185,3 +185,16 @@ def test_sanm_block_naive_conv_cast_is_wrong_and_shim_is_right(dml_device, asser
             assert_parity(block(xd, md).cpu(), expected)
         finally:
             dmlshim.deactivate()
+
+
+@pytest.mark.parametrize("shape, other", [([2, 0, 1], [2, 0, 1]), ([3, 0], [1, 0]), ([0], [0])])
+def test_inplace_mul_of_an_empty_tensor(shim, dml_device, shape, other):
+    """The real 0.2.5 binary copies an empty (2, 0, 1) over with strides (0, 1, 0), and its
+    ``mul_`` then fails TensorIterator's overlap check (found by the property test above on
+    the real binary; the emulator does not model those strides). With dmlshim: ``self``, after
+    the CPU's own checks."""
+    x, m = torch.randn(shape), torch.rand(other) > 0.5
+    y = x.clone().to(dml_device)
+    assert y.mul_(m.to(dml_device)) is y and y.shape == x.shape
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        torch.zeros(shape, dtype=torch.int64).to(dml_device).mul_(torch.randn(other).to(dml_device))

@@ -76,10 +76,24 @@ def _bool_operand(inplace: bool) -> Fix:
     (the dispatcher passes ``self`` and ``other`` positionally); else the first answer of
     ``mul``'s :data:`hooks`."""
     def fix(op, keyset, args, kwargs):
+        if inplace and args[0].numel() == 0:
+            return _empty_inplace(op, args, kwargs)
         if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
             return coerce_bool_operands(args, kwargs, inplace)
         return _hooked("mul", op, args, kwargs)
     return fix
+
+
+def _empty_inplace(op, args, kwargs):
+    """``mul_`` of an empty ``self``: nothing to write, so ``self`` itself after the CPU's own
+    checks on empty CPU stand-ins (shapes, dtypes; ``meta`` lets int64 ``*=`` float pass).  The real 0.2.5 binary gives an empty tensor copied
+    over strides such as (0, 1, 0) for (2, 0, 1), which TensorIterator then refuses as "more
+    than one element of the written-to tensor refers to a single memory location" (measured;
+    tests/test_patch_mul.py's property test)."""
+    stand_in = lambda t: torch.empty(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t  # noqa: E731
+    with fallback.guard():
+        op(stand_in(args[0]), stand_in(args[1]), *args[2:], **kwargs)
+    return Done(args[0], record=False)
 
 
 def _device_indices(op, keyset, args, kwargs):
