@@ -20,8 +20,7 @@ from typing import Dict, Tuple
 import torch
 
 from .. import fallback, trace
-from . import _gate, dispatcher
-from .dispatcher import Done, Fix, backend_key, below, fix_kernel
+from .dispatcher import Done, Fix, at_backend_select, backend_key, below, fix_kernel
 
 
 _aside = 0                  # > 0 while a probe runs: fixes stand aside on every thread
@@ -95,7 +94,7 @@ def pass_on(op, keyset, args, kwargs, *, after: Fix, traced: bool = False):
 def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "auto") -> bool:
     """``table``'s fixes added to their overloads' chains, a BackendSelect kernel registered
     for an overload that had none, behind the compiled gate where ``gate`` allows
-    (``_gate.register``; False: no dispatch key for ``target``)."""
+    (``dispatcher.at_backend_select``; False: no dispatch key for ``target``)."""
     backend = backend_key(target)
     if backend is None:
         return False
@@ -103,10 +102,9 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "
         _chains[op] = _chains.get(op, ()) + (fix,)
         if op not in _libraries:
             library = torch.library.Library("aten", "IMPL")
-            _gates[op] = _gate.register(library, op, fix_kernel(op, _run_chain, backend, aside=aside),
-                                        target, gate)
+            _gates[op] = at_backend_select(library, op, fix_kernel(op, _run_chain, backend, aside=aside),
+                                           target, gate)
             _libraries[op] = library
-            dispatcher._BELOW = _gate.below()
     return True
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import time
-import warnings
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
@@ -86,10 +85,11 @@ def _bool_operand(inplace: bool) -> Fix:
 
 def _empty_inplace(op, args, kwargs):
     """``mul_`` of an empty ``self``: nothing to write, so ``self`` itself after the CPU's own
-    checks on empty CPU stand-ins (shapes, dtypes; ``meta`` lets int64 ``*=`` float pass).  The real 0.2.5 binary gives an empty tensor copied
-    over strides such as (0, 1, 0) for (2, 0, 1), which TensorIterator then refuses as "more
-    than one element of the written-to tensor refers to a single memory location" (measured;
-    tests/test_patch_mul.py's property test)."""
+    checks on empty CPU stand-ins (shapes, dtypes; ``meta`` lets int64 ``*=`` float pass).
+    The real 0.2.5 binary gives an empty tensor copied over strides such as (0, 1, 0) for
+    (2, 0, 1), which TensorIterator then refuses as "more than one element of the
+    written-to tensor refers to a single memory location" (measured; tests/test_patch_mul.py's
+    property test)."""
     stand_in = lambda t: torch.empty(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t  # noqa: E731
     with fallback.guard():
         op(stand_in(args[0]), stand_in(args[1]), *args[2:], **kwargs)
@@ -325,6 +325,16 @@ def backend_key(target: str):
         return None
 
 
+def at_backend_select(library, op, kernel, target: str, mode: str, *, always: bool = False):
+    """``_gate.register`` (``kernel`` behind the compiled gate, or at BackendSelect itself),
+    and the redispatch mask refreshed: once the gate is built it leaves the trampoline key
+    out.  Returns the gate's registration, or None."""
+    global _BELOW
+    registration = _gate.register(library, op, kernel, target, mode, always=always)
+    _BELOW = _gate.below()
+    return registration
+
+
 def below(keyset):
     """The key set of a redispatch to the kernels under BackendSelect."""
     return keyset & _BELOW
@@ -344,6 +354,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     numbers = fallback.numbers_converter(op)
     written = _written_back(op)
     base = op._schema.name.split("::", 1)[1]
+    told = base in after_hooks                # the few overloads with after-hooks
 
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
@@ -357,7 +368,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
                     trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
             else:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
-            for tell in after_hooks.get(base, ()):
+            for tell in after_hooks[base] if told else ():
                 tell(op, args, kwargs, result)
             return written(result, args, kwargs) if written else result
         result = op.redispatch(keyset & _BELOW, *args, **kwargs)
@@ -402,7 +413,7 @@ def _island_kernel(op, makes, backend, target: str, name: str):
     stands_in = op in _TORCH_BACKEND_SELECT
     from_islands = op in _FROM_ISLANDS
     base = op._schema.name.split("::", 1)[1]
-    hooked = base in hooks
+    hooked, told = base in hooks, base in after_hooks
     busy, numbers = fallback.busy, fallback.numbers_converter(op)
 
     def kernel(keyset, *args, **kwargs):
@@ -421,8 +432,8 @@ def _island_kernel(op, makes, backend, target: str, name: str):
                 args, kwargs = fixed
         result = op.redispatch(_with_device_key(keyset, device, factory) & _BELOW if stands_in
                                else keyset & _BELOW, *args, **kwargs)
-        if home is not None:
-            for tell in after_hooks.get(base, ()):
+        if home is not None and told:
+            for tell in after_hooks[base]:
                 tell(op, args, kwargs, result)
         return result
     return kernel
@@ -502,21 +513,21 @@ def _device_keyset(device_type: str):
 
 
 def install(ctx: Context) -> None:
-    global _library, _BELOW
+    global _library
     backend = backend_key(ctx.target)
     if _library is not None or backend is None:
         return
     library = torch.library.Library("aten", "IMPL")
     on = lambda op: ctx.enabled(gate(op))               # noqa: E731
     for op, fix in filter(lambda item: on(item[0]), FIXES.items()):
-        _gates.append(_gate.register(library, op, fix_kernel(op, fix, backend), ctx.target, ctx.gate))
+        _gates.append(at_backend_select(library, op, fix_kernel(op, fix, backend), ctx.target, ctx.gate))
         _held.add(op)
     for op, makes in filter(lambda item: on(item[0]), ISLANDS.items()):
         name = op.name()
         # torch's own BackendSelect kernels of _to_copy and full: ours stand in for them
         # (_with_device_key; the compiled gate adds the device's key as they do)
-        _gates.append(_gate.register(library, op, _island_kernel(op, makes, backend, ctx.target, name),
-                                     ctx.target, ctx.gate, always=op in _FROM_ISLANDS))
+        _gates.append(at_backend_select(library, op, _island_kernel(op, makes, backend, ctx.target, name),
+                                        ctx.target, ctx.gate, always=op in _FROM_ISLANDS))
         if _at_autograd_too(op, makes):              # stands in for torch's autograd kernel
             library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
                          "Autograd" + backend.name, with_keyset=True)
@@ -525,15 +536,15 @@ def install(ctx: Context) -> None:
     if _gate.extension(ctx.gate) is not None:
         add_hook("_to_copy", _read_by_model, after=True)
         scalar = _aten._local_scalar_dense.default
-        _gates.append(_gate.register(library, scalar, _scalar_read_kernel(scalar, backend),
-                                     ctx.target, ctx.gate))
+        _gates.append(at_backend_select(library, scalar, _scalar_read_kernel(scalar, backend),
+                                        ctx.target, ctx.gate))
     # composites at both keys (COMPOSITES); torch-directml has no kernel of these ops there
     for op, needs in filter(lambda item: on(item[0]), _composite_overloads()):
         name = op.name()
         kernel = _composite_kernel(op, needs, ctx.target, name)
         for key in ("Autograd" + backend.name, backend.name):
             library.impl(name.split("::", 1)[1], kernel, key)
-    _library, _BELOW = library, _gate.below()
+    _library = library
 
 
 def holds(op) -> bool:

@@ -85,13 +85,19 @@ def _read(value: torch.Tensor, op) -> Span:
     return span
 
 
+def _unread_span(t: torch.Tensor) -> Optional[Span]:
+    """``t``'s span where it costs no device read: computed for a CPU tensor, kept for a
+    device one (:func:`known_span`); else None."""
+    return _span(t) if t.is_cpu else known_span(t)
+
+
 def _copied_over(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``_to_copy``: a small integer CPU tensor copied to
     the device gives its span on the CPU, without a read."""
     source = args[0]
     if source.is_cpu and isinstance(result, torch.Tensor) and not result.is_cpu \
             and integral(result.dtype) and 0 < source.numel() <= _AT_THE_COPY:
-        remember(result, (int(source.min()), int(source.max())))
+        remember(result, _span(source))
 
 
 def _add(a: Span, b: Span) -> Span:
@@ -307,7 +313,7 @@ def _concatenated(op, args, kwargs, result) -> None:
     ranges are all known has their union (a decoder's growing token list)."""
     if not isinstance(result, torch.Tensor) or result.is_cpu or not integral(result.dtype):
         return
-    spans = [known_span(t) if not t.is_cpu else _span(t) for t in args[0] if t.numel()]
+    spans = [_unread_span(t) for t in args[0] if t.numel()]
     if spans and all(spans):
         remember(result, (min(s[0] for s in spans), max(s[1] for s in spans)))
 
@@ -318,7 +324,7 @@ def _written(op, args, kwargs, result) -> None:
     (:func:`_setitem`), which remembers it once the write and its version bump are done."""
     self, values = args[0], args[2]
     before = known_span(self)            # the version moves after this kernel returns
-    written = _span(values) if values.is_cpu else known_span(values)
+    written = _unread_span(values)
     if before is not None and written is not None and integral(self.dtype):
         _after_setitem[id(self)] = _put([before, written], args, kwargs)
 
