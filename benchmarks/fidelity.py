@@ -207,20 +207,20 @@ def child_probes(kind):
     import warnings
     warnings.simplefilter("ignore")
     from dmlshim import probing
-    from dmlshim.reported import _probe
+    from dmlshim.catalogue.probes import case_probe
     device = _device(kind)
     out = {d.name: _verdict_dict(probing.run_probe(d, device, 60.0))
            for d in probing.all_defects() if not d.static}
     for name, _, case in _extra_cases():
-        out[name] = _verdict_dict(probing.verdict_of(_probe(case), device))
+        out[name] = _verdict_dict(probing.verdict_of(case_probe(case), device))
     return out
 
 
 def child_static(kind, name):
     """One static defect's repro on ``kind``'s device (this process may be aborted)."""
     from dmlshim import probing
-    from dmlshim.reported import _probe
-    return _verdict_dict(probing.verdict_of(_probe(_static_cases()[name]), _device(kind)))
+    from dmlshim.catalogue.probes import case_probe
+    return _verdict_dict(probing.verdict_of(case_probe(_static_cases()[name]), _device(kind)))
 
 
 def child_inference(kind):
@@ -250,7 +250,7 @@ def child_inference(kind):
 
 def _inference_once(build, call, device, mode="inference_mode"):
     import torch
-    from dmlshim.reported import _differ
+    from dmlshim.catalogue.probes import differ
     torch.manual_seed(0)
     module, x = build()
     with torch.no_grad():
@@ -263,7 +263,7 @@ def _inference_once(build, call, device, mode="inference_mode"):
             got = call(module, x)
     except Exception as exc:
         return {"ok": False, "figure": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}"}
-    verdict = _differ(got, want)
+    verdict = differ(got, want)
     return {"ok": not verdict.broken and got.device == device, "figure": verdict.figure,
             "on_device": got.device == device}
 

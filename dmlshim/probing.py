@@ -1,6 +1,6 @@
 """Probe the target device once, cache the verdicts, decide which fixes go on.
 
-``activate()`` calls :func:`detect`: every probing :class:`~dmlshim.defects.Defect` runs
+``activate()`` calls :func:`detect`: every probing :class:`~dmlshim.catalogue.Defect` runs
 its tiny call on the device (bounded in time, exceptions captured); the verdicts of a
 real DirectML adapter are cached in the user's cache directory (``platformdirs``), keyed
 by adapter, driver, torch-directml, torch and dmlshim versions.  The emulated device is
@@ -11,7 +11,6 @@ Docs: docs/defects.md.
 from __future__ import annotations
 
 import contextlib
-import functools
 import dataclasses
 import hashlib
 import json
@@ -26,27 +25,13 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 import torch
 
 from . import devices, trace
-from .defects import CORE, Defect, Verdict
-from .observed import OBSERVED
-from .reported import REPORTED
+from . import catalogue
+from .catalogue import Defect, Verdict
 
 
-@functools.lru_cache(maxsize=None)
 def all_defects() -> Tuple[Defect, ...]:
-    """Every known defect: ``defects.CORE``, ``reported.REPORTED`` (rows #41-#47), then
-    ``observed.OBSERVED`` (seen on the real binary)."""
-    return CORE + tuple(REPORTED) + OBSERVED
-
-
-def markdown_table(defects: Tuple[Defect, ...] = None) -> str:
-    """The defect table of docs/defects.md, generated from the entries (tests check it)."""
-    lines = ["| defect | row | what goes wrong | source | probe | fixes |", "|---|---|---|---|---|---|"]
-    for d in defects or all_defects():
-        # one line per row: a docstring's line breaks would end the table row
-        probe = " ".join((d.probe.__doc__ or d.probe.__name__).split()) if d.probe else "static: never probed"
-        lines.append(f"| `{d.name}` | {d.row} | {d.summary} | {d.source} | {probe} | "
-                     + ", ".join(f"`{f}`" for f in d.fixes) + " |")
-    return "\n".join(lines)
+    """Every known defect: ``dmlshim.catalogue.DEFECTS``, topic by topic."""
+    return catalogue.DEFECTS
 
 
 TIMEOUT = 10.0                         # seconds per probe; a hung call counts as broken

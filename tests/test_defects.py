@@ -8,16 +8,16 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import defects, emulation, patches, probing
-from dmlshim.defects import Defect, Verdict
+from dmlshim import catalogue, emulation, patches, probing
+from dmlshim.catalogue import Defect, Verdict
 from dmlshim.emulation import legacy_new, rules
-from dmlshim.patches import dispatcher
+from dmlshim.patches import dispatcher, refused
 
 pytestmark = pytest.mark.emulated_only(
     reason="turns each defect's emulator rule on and off (emulation.configure) to assert its probe "
            "and fix both ways")
 
-BY_NAME = {d.name: d for d in defects.CORE}
+BY_NAME = {d.name: d for d in catalogue.DEFECTS}
 # defect -> the default emulator rules that produce it
 RULES = {
     "float_times_bool": lambda r: r.when is rules._bool_times_other,
@@ -77,6 +77,8 @@ def _fix_on(fix):
         ops = [op.name() for op in dispatcher.ISLANDS if dispatcher.gate(op) == fix]
         ops += [op.name() for op, _ in dispatcher._composite_overloads() if dispatcher.gate(op) == fix]
         return all(registered[o] for o in ops)      # no op at all: _scaled_mm_v2 before torch 2.10
+    if fix.startswith("refused:"):
+        return fix.split(":", 1)[1] in refused.installed()
     return fix in patches.installed()
 
 
@@ -187,7 +189,7 @@ def test_probe_off_enables_every_fix(dml_device, shim_off, monkeypatch):
     emulation.configure(rules=[])
     dmlshim.activate(fallback="known")
     assert probing.last().fixes is None
-    assert all(_fix_on(f) for d in defects.CORE for f in d.fixes if f != "auto")
+    assert all(_fix_on(f) for d in probing.all_defects() for f in d.fixes)
 
 
 def test_bad_probe_value(monkeypatch, shim_off):
@@ -282,4 +284,4 @@ def _call_or_error(name, device):
 def test_the_docs_table_is_current():
     from pathlib import Path
     page = (Path(__file__).resolve().parent.parent / "docs" / "defects.md").read_text(encoding="utf-8")
-    assert probing.markdown_table() in page
+    assert catalogue.markdown_table() in page

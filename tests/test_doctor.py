@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from dmlshim import defects, doctor, emulation, probing
+from dmlshim import doctor, emulation, probing
 from dmlshim.__main__ import main
 
 pytestmark = pytest.mark.emulated_only(

@@ -56,7 +56,7 @@ _NO_MODEL = (torch.__version__.startswith("2.4.")
 def test_lost_device_index_reproduced_then_fixed(dml_device, dtype, assert_same):
     """torch 2.4.1 accepts every form, but x.new() and x.new(size) land on 'privateuseone'
     without x's index on the real 0.2.5 binary (defect new_device_index)."""
-    from dmlshim.defects import probe_new_device_index
+    from dmlshim.catalogue.memory import probe_new_device_index
 
     dmlshim.deactivate()
     x = torch.zeros(3, dtype=dtype, device=dml_device)

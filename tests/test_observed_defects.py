@@ -1,4 +1,4 @@
-"""Defects seen on the real torch-directml 0.2.5 binary (dmlshim.observed), both ways.
+"""Defects seen on the real torch-directml 0.2.5 binary (dmlshim.catalogue, found "real binary"), both ways.
 
 Bilinear and non-integer nearest upsampling give wrong values (failure_modes.md #21, #60);
 ``nn.PReLU(C)`` on a 4-D input aborts the process (#29); ``Tensor.repeat`` with more than 4
@@ -17,13 +17,14 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import emulation, observed, patches, probing
+from dmlshim import catalogue, emulation, patches, probing
 from dmlshim.emulation import rules
 from dmlshim.patches import _resample
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
-DEFECTS = {d.name: d for d in observed.OBSERVED}
+OBSERVED = [d for d in catalogue.DEFECTS if d.found == catalogue.MEASURED]
+DEFECTS = {d.name: d for d in OBSERVED}
 
 
 def _image(*shape, seed=0):
@@ -182,7 +183,7 @@ def test_with_the_shim_equals_cpu(dml_device, shim_off, name, assert_parity):
 
 
 def test_probes_pass_on_the_cpu():
-    assert all(not d.probe(CPU).broken for d in observed.OBSERVED if not d.static)
+    assert all(not d.probe(CPU).broken for d in OBSERVED if not d.static)
 
 
 # ------------------------------------------------------------ both ways, on the emulator

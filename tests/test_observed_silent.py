@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import emulation, observed, patches, probing
+from dmlshim import catalogue, emulation, patches, probing
 from dmlshim.emulation import rules, rules_refused
 from dmlshim.patches.adaptive_pool import dml_windows_agree
 from dmlshim.patches import int_broadcast
@@ -24,7 +24,8 @@ from dmlshim.patches.pad_negative import crop
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
-DEFECTS = {d.name: d for d in observed.OBSERVED}
+OBSERVED = [d for d in catalogue.DEFECTS if d.found == catalogue.MEASURED]
+DEFECTS = {d.name: d for d in OBSERVED}
 _adaptive_avg_pool1d, _adaptive_avg_pool2d, _torch_masked_select = (
     F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, torch.masked_select)
 _conv_transpose1d, _conv_transpose2d, _softplus, _avg_pool1d = (
@@ -433,7 +434,7 @@ def test_probes_pass_on_the_cpu():
 def test_rule_on_differs_raw_and_is_fixed(dml_device, shim_off, name, assert_parity, assert_differs):
     emulation.configure(rules=_rules_of(name))
     assert DEFECTS[name].probe(dml_device).broken
-    probe_case = getattr(observed, "_" + PATCH[name])                    # the probe's case
+    probe_case = DEFECTS[name].probe.case                    # the probe's case
     if name == "combinations":
         with pytest.raises(RuntimeError, match="must match the size of tensor b"):
             probe_case(dml_device)

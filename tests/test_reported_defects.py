@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import dmlshim
-from dmlshim import emulation, reported
+from dmlshim import catalogue, emulation
 from dmlshim.emulation.rules import default_rules, unconfirmed_rules
 from dmlshim.patches import _select
 
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.emulated_only(
     reason="turns each reported row's emulator rule on and off (emulation.configure) to assert "
            "probe, repro and fix both ways")
 CPU = torch.device("cpu")
-DEFECTS = {d.row: d for d in reported.REPORTED}
+REPORTED = [d for d in catalogue.DEFECTS if d.found == catalogue.REPORTED]
+DEFECTS = {d.row: d for d in REPORTED}
 
 
 def _rules(without=None, extra=()):
@@ -151,7 +152,7 @@ def _fails_or_differs(repro, device, assert_differs):
 
 def test_every_reported_row_has_a_defect_with_a_probe_and_fixes():
     assert sorted(DEFECTS) == ROWS
-    assert all(d.probe is not None and d.fixes for d in reported.REPORTED)
+    assert all(d.probe is not None and d.fixes for d in REPORTED)
 
 
 @pytest.mark.parametrize("row", ROWS)
@@ -172,18 +173,18 @@ def test_rule_on_repro_equals_cpu_with_dmlshim(fixed, dml_device, row, assert_pa
 def test_rule_off_probe_passes_and_repro_equals_cpu(dml_device, row, assert_parity):
     dmlshim.deactivate()
     with emulation.configured(rules=_rules(without=row)):
-        assert DEFECTS[row].probe(dml_device) == reported.Verdict(False, "equal")
+        assert DEFECTS[row].probe(dml_device) == catalogue.Verdict(False, "equal")
         assert_parity(REPROS[row](dml_device), REPROS[row](CPU))
 
 
 def test_probes_pass_on_the_cpu():
-    assert all(not d.probe(CPU).broken for d in reported.REPORTED)
+    assert all(not d.probe(CPU).broken for d in REPORTED)
 
 
 def test_probes_are_fast_and_leave_no_state(rules, dml_device):
     import time
     grad_mode, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-    for defect in reported.REPORTED:
+    for defect in REPORTED:
         defect.probe(dml_device)                             # warm
         start = time.perf_counter()
         defect.probe(dml_device)

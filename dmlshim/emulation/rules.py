@@ -458,7 +458,7 @@ def _counts_asked(self, sorted=True, return_inverse=False, return_counts=False):
     return return_counts
 
 
-# --------------------------- seen on the real torch-directml 0.2.5 binary (dmlshim.observed)
+# --------------------------- seen on the real torch-directml 0.2.5 binary (dmlshim.catalogue)
 # Measured there in float32: 790 nearest index vectors and 444 bilinear rows, sizes 1-40,
 # scales 0.3-4, with and without a scale, equal these tables exactly.
 
@@ -637,7 +637,7 @@ def _unresized_outs(rule, op):
 
 def observed_rules():
     """What the real torch-directml 0.2.5 binary gets wrong and no other rule models
-    (``dmlshim.observed``; part of :func:`default_rules`)."""
+    (``dmlshim.catalogue``; part of :func:`default_rules`)."""
     source = "failure_modes.md {}; the real torch-directml 0.2.5 binary{}"
     return [
         Rule("upsample_bilinear2d", when=_half_pixel, replace=_dml_upsample("linear"),

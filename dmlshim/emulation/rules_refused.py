@@ -4,7 +4,7 @@ the empty results of its CPU fallback's ``out=`` (``patches/fallback_out.py``) a
 
 Measured with OpInfo's samples under ``realdml run`` (docs/realdml.md); fixed by
 ``dmlshim.patches.refused`` (its docstring lists the groups), probed by the defects of
-``dmlshim.observed``.  Each rule raises the real binary's error where the measured
+``dmlshim.catalogue``.  Each rule raises the real binary's error where the measured
 samples failed; E_INVALIDARG is raised with Windows' text ("The parameter is
 incorrect."), which the real binary renders as ``Unknown error -2147024809`` on Linux.
 The ``*_scatter`` ops' ``has_storage()`` assert (``storage_scatter``) is ``rules.observed_rules``'

@@ -110,7 +110,7 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("offset_views", "views of a view with an offset, and split's chunks, are copies: writes "
                           "through them are lost (measured on the real 0.2.5 binary; #62): made from "
                           "the tensor they alias with as_strided, on the device"),
-    # torch-directml 0.2.5's reported defects (failure_modes.md #41-#47; dmlshim.reported
+    # torch-directml 0.2.5's reported defects (failure_modes.md #41-#47; dmlshim.catalogue
     # probes them): BackendSelect kernels (_select.py), and load's device-module wrapper.
     Patch("inference_mode", "views of normal tensors inside torch.inference_mode(): 'Cannot set "
                             "version_counter for inference tensor' (DirectML#602, #622; #41)"),
@@ -124,7 +124,7 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("load", "torch.load(map_location=dml): TypeError '>=' between torch.device and int "
                   "(audio-separator PR#295, DirectML#466; #46): device() gets the index"),
     Patch("unique", "unique(return_counts=True) refused (DirectML#410; #47): on the CPU"),
-    # seen on the real torch-directml 0.2.5 binary (dmlshim.observed): BackendSelect kernels
+    # seen on the real torch-directml 0.2.5 binary (dmlshim.catalogue): BackendSelect kernels
     # (_resample.py), and prelu's at the Autograd and backend keys
     Patch("upsample_bilinear", "bilinear upsampling without the half-pixel offset (DirectML#482; #21): "
                                "two one-axis resamplings with PyTorch's tables, on the device"),

@@ -30,7 +30,7 @@ _aside_lock = threading.Lock()
 @contextlib.contextmanager
 def standing_aside():
     """The reported-defect fixes pass every call through, on every thread, for the block
-    (a probe's milliseconds: ``dmlshim.reported``)."""
+    (a probe's milliseconds: ``dmlshim.catalogue.probes``)."""
     global _aside
     with _aside_lock:
         _aside += 1

@@ -278,7 +278,7 @@ def _composite_kernel(op, needs, target: str, name: str):
     return kernel
 
 
-# The fix each entry belongs to, by aten name: ``dmlshim.defects`` names it
+# The fix each entry belongs to, by aten name: ``dmlshim.catalogue`` names it
 # ``"dispatcher:<gate>"``, and an entry is registered only while that fix is on, so a
 # device without the defect (or no device) pays no Python kernel on CPU calls.  An
 # entry whose gate no defect names is always registered.

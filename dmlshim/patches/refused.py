@@ -2,7 +2,7 @@
 
 Measured with OpInfo's samples under ``realdml run``: the overloads of :data:`GROUPS`
 raise for some inputs where the CPU computes an answer (one ``Defect`` per group in
-``dmlshim.observed``, switched on by its probe; the cases: docs/defects.md, "Seen on the
+``dmlshim.catalogue``, switched on by its probe; the cases: docs/defects.md, "Seen on the
 real binary: refused calls").  ``fallback="auto"`` retries such a call when it comes
 through a Python entry point, but a reference bound before ``activate()`` (OpInfo's), a
 C++ composite (``F.linear`` -> ``addmm``, ``one_hot`` -> ``scatter_``) or TorchScript

@@ -1,0 +1,86 @@
+"""Element-wise math and reductions with a wrong dtype, shape or value: float x bool,
+bool min/max/exp2, empty unary results, var, vector norms, cdist."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from .defect import CATALOGUE, MEASURED, NO_REPORT, Defect, Verdict
+from .probes import case_probe, compare
+
+TOPIC = "Arithmetic and reductions"
+
+
+def probe_float_times_bool(device) -> Verdict:
+    """`f32[3] * bool[3]`: dtype and values"""
+    x, mask = torch.tensor([1.5, -2.0, 3.0]), torch.tensor([True, False, True])
+    return compare(x.to(device) * mask.to(device), x * mask)
+
+
+def _bool_minmax(device):
+    """`max()` of a bool mask, added to itself (bool: True; the int32 of the defect: 2)."""
+    top = torch.tensor([[True, False], [False, False]]).to(device).max()
+    return top + top
+
+
+def _empty_unary(device):
+    """`bitwise_not` of an empty 1x0x3 bool tensor, and the element size of `log2` of an empty
+    float16 one (the defect: shape [0], and float32's 4)."""
+    empty = torch.empty(1, 0, 3)
+    return (torch.bitwise_not(empty.bool().to(device)),
+            torch.tensor(torch.log2(empty.half().to(device)).element_size()))
+
+
+def _bool_exp2(device):
+    """`exp2` of `[True, False]` (the defect: `[1., 1.]`)."""
+    return torch.exp2(torch.tensor([True, False]).to(device))
+
+
+def _var_correction(device):
+    """`var()` of a 2x3 ramp of squares (no dim, no correction)."""
+    return (torch.arange(6.0).view(2, 3) ** 2).to(device).var()
+
+
+def _vector_norm(device):
+    """`vector_norm` of a 2x3 ramp, ord 3, dim 1, and the ramp after it (the defect: cubed)."""
+    x = (torch.arange(6.0).view(2, 3) - 2).to(device)
+    return torch.linalg.vector_norm(x, 3, 1), x
+
+
+def _cdist(device):
+    """`cdist` of two 2x3 ramps, p = 1 (the defect: a [2, 3] result)."""
+    x = torch.arange(6.0).view(2, 3)
+    return torch.cdist(x.to(device), (x * x).to(device), p=1)
+
+
+DEFECTS: Tuple[Defect, ...] = (
+    Defect("float_times_bool", "#17", "microsoft/DirectML#686, #737",
+           "float * bool returns a bool tensor (values lost, silently)",
+           probe_float_times_bool, ("mul", "dispatcher:mul", "conv"), found=CATALOGUE,
+           rules=("_bool_times_other",)),
+    Defect("bool_minmax", "none", NO_REPORT, "max()/min() of a bool tensor return int32 (values right)",
+           case_probe(_bool_minmax), ("bool_minmax",), found=MEASURED, rules=("_as_int32",)),
+    Defect("empty_unary", "none", NO_REPORT,
+           "log2/log10 of empty float16 give float32, sinc of empty integers their dtype, pow (square) "
+           "with an empty int64 or bool result int32, bitwise_not of empty bool shape [0]; out=/in place "
+           "get that tensor back (silent)", case_probe(_empty_unary), ("empty_unary",), found=MEASURED,
+           rules=("_dml_empty",)),
+    Defect("bool_exp2", "none", NO_REPORT,
+           "exp2 of a bool tensor, pow of a number to a bool exponent (ldexp's composite) give 1 "
+           "everywhere (silent)", case_probe(_bool_exp2), ("bool_exp2",), found=MEASURED,
+           rules=("_bool_exponent",)),
+    Defect("var_correction", "none", NO_REPORT,
+           "var()/std_mean() over every dimension without a correction divide by n, not n - 1; "
+           "dim=[] gives inf, keepdim a 0-dim result (silent)", case_probe(_var_correction),
+           ("var_correction",), found=MEASURED, rules=("_no_dim_no_correction",)),
+    Defect("vector_norm", "none", NO_REPORT,
+           "linalg_vector_norm/norm with an ord other than 0, 1, 2 overwrite the input with abs(x)**ord; "
+           "float16 powers and sums in float16 (dist(p=4) saturates at 15.99), dtype= ignored; keepdim "
+           "over every dimension gives 0-dim (silent)", case_probe(_vector_norm), ("vector_norm",),
+           found=MEASURED, rules=("_norm_case",)),
+    Defect("cdist", "none", NO_REPORT,
+           "_cdist_forward (cdist with p != 2) of inputs that are not 3-D: a 2-D pair read as a batch of "
+           "rows of scalars (shape [P, M]) or 'The size of tensor a must match' (silent or refused)",
+           case_probe(_cdist), ("cdist",), found=MEASURED, rules=("_cdist_not_3d",)),
+)
