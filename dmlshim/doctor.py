@@ -1,6 +1,6 @@
 """``python -m dmlshim doctor``: what this GPU gets wrong, as a field report.
 
-Runs every defect probe (``dmlshim.defects``, fresh: the cache is rewritten), then a
+Runs every defect probe (``dmlshim.catalogue``, fresh: the cache is rewritten), then a
 time-bounded conformance pass (``dmlshim.conformance`` samples run raw on the device),
 prints a table and optionally writes a JSON report: device, driver, versions, each
 verdict with its figure, and the conformance failure classes.  The first thing to run
@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time budget of the conformance pass (0 skips it; default 60)")
     parser.add_argument("--ops", default=DEFAULT_OPS, metavar="REGEX",
                         help="OpInfos of the conformance pass (default: common model ops)")
+    parser.add_argument("--explain", metavar="NAME",
+                        help="probe nothing: print where defect NAME's probe, fixes, emulator rules, "
+                             "tests and docs live")
 
 
 def _target(name: str) -> str:
@@ -126,7 +129,20 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def explain(name: str) -> int:
+    """Print where everything about defect ``name`` lives (docs/defects.md#NAME and the rest)."""
+    from .catalogue import where
+    try:
+        print(where.explain(name))
+    except KeyError as exc:
+        print(f"dmlshim doctor: {exc.args[0]}")
+        return 2
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.explain:
+        return explain(args.explain)
     try:
         report = examine(args.device, args.seconds, args.ops)
     except (RuntimeError, ValueError) as exc:
