@@ -230,3 +230,20 @@ def test_default_activation_gives_cpu_results(dml_device, mode, assert_parity):
         got = model.to(dml_device)(x.to(dml_device), mask.to(dml_device))
     assert got.device == dml_device
     assert_parity(got.cpu(), expected)
+
+
+def test_the_registry_order_keeps_every_declared_constraint():
+    """Each ``after=`` / ``before=`` of the registry names a patch, and the order keeps it."""
+    position = {p.name: i for i, p in enumerate(patches.REGISTRY)}
+    broken = [f"{p.name} after {o}" for p in patches.REGISTRY for o in p.after if position[o] > position[p.name]]
+    broken += [f"{p.name} before {o}" for p in patches.REGISTRY for o in p.before if position[o] < position[p.name]]
+    assert not broken, f"registry order breaks: {broken}"
+    assert any(p.after or p.before for p in patches.REGISTRY)
+
+
+def test_activate_installs_in_registry_order(dml_device, monkeypatch):
+    monkeypatch.setenv("DMLSHIM_PROBE", "off")                 # every fix on
+    dmlshim.activate(fallback="known")
+    installed = patches.installed()
+    assert {"auto", "out_resize", "offset_views", "inference_mode", "refused"} <= set(installed)
+    assert installed == [p.name for p in patches.REGISTRY if p.name in installed]

@@ -41,6 +41,9 @@ class Patch:
     ``anywhere``: installed with no target device too, because no call passes through
     it (a module alias); every other patch waits until a device appears
     (``Context.present``), so a CPU-only or CUDA machine pays nothing per call.
+    ``after`` / ``before``: patches this one must be installed after / before (the registry
+    is installed in order; tests/test_activate.py checks every constraint), the comment
+    beside them says why.
     """
 
     name: str
@@ -48,6 +51,8 @@ class Patch:
     imports: Tuple[str, ...] = ()
     modes: Tuple[str, ...] = ("auto", "known")
     anywhere: bool = False
+    after: Tuple[str, ...] = ()
+    before: Tuple[str, ...] = ()
 
 
 REGISTRY: Tuple[Patch, ...] = (
@@ -78,11 +83,12 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
                     "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
           modes=FALLBACK_MODES),
-    # after the patches that intercept torch functions (cat, dtypes): outside their wrappers, so
-    # dtypes still finds torch.fft's builtins; before auto, whose wrapper then stays outside it
     Patch("out_resize", "an out= tensor of the wrong size is neither resized nor checked (measured on "
                         "the real 0.2.5 binary; #65): its sizes, strides and checks from the meta "
-                        "device, at every torch function that takes out=", modes=FALLBACK_MODES),
+                        "device, at every torch function that takes out=", modes=FALLBACK_MODES,
+          # outside the wrappers of the patches that intercept torch functions, so dtypes still
+          # finds torch.fft's builtins; inside auto's wrapper
+          after=("cat", "dtypes"), before=("auto",)),
     Patch("legacy_new", "Tensor.new(...) refused on PrivateUse1 by torch 2.0 (torch-directml <= 0.2.0; "
                         "failure_modes.md #11, DirectML#400, #415): rebuild each legacy form on the device; "
                         "passes through where torch accepts it (2.4.1)", modes=FALLBACK_MODES),
@@ -99,17 +105,19 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("funasr", "funasr's CTC prefix scorer (CTCPrefixScoreTH) takes every non-CUDA tensor for a "
                     "CPU tensor: device mismatch on DirectML with decoding_ctc_weight > 0 (issue 20)",
           imports=("funasr",)),
-    # Last of the eager patches: it leaves alone what the core patches' intercept
-    # wrappers already guard (they run its retry inline) and wraps the rest.
     Patch("auto", "any torch call DirectML fails (RuntimeError/NotImplementedError, localized "
                   "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "
                   "remembered; 'known' only translates errors to DirectMLError",
-          modes=("auto", "known")),
-    # before inference_mode: both hold the view kernels, and this one makes its views through
-    # the rest of their chain (_select.pass_on)
+          modes=("auto", "known"),
+          # it leaves alone what the core patches' intercept wrappers already guard (they run
+          # its retry inline; __dmlshim_guarded__) and wraps the rest
+          after=("mul", "conv", "broadcast_copy", "copy_to_cpu", "cat", "dtypes", "legacy_new")),
     Patch("offset_views", "views of a view with an offset, and split's chunks, are copies: writes "
                           "through them are lost (measured on the real 0.2.5 binary; #62): made from "
-                          "the tensor they alias with as_strided, on the device"),
+                          "the tensor they alias with as_strided, on the device",
+          # both hold the view kernels, and this one makes its views through the rest of their
+          # chain (_select.pass_on)
+          before=("inference_mode",)),
     # torch-directml 0.2.5's reported defects (failure_modes.md #41-#47; dmlshim.catalogue
     # probes them): BackendSelect kernels (_select.py), and load's device-module wrapper.
     Patch("inference_mode", "views of normal tensors inside torch.inference_mode(): 'Cannot set "
@@ -144,9 +152,10 @@ REGISTRY: Tuple[Patch, ...] = (
                       "real 0.2.5 binary; #63): a copy, on the device"),
     Patch("combinations", "torch.combinations' C++ composite fails (measured on the real 0.2.5 binary: "
                           "'The size of tensor a (n) must match ... (0)', CreateOperator): on the CPU"),
-    # before int_broadcast: pow's overloads are in its chain too (the first fix that answers wins)
     Patch("empty_unary", "log2/log10/sinc/bitwise_not/pow of an empty input come back with another dtype or "
-                         "shape (measured on the real 0.2.5 binary): on the CPU (nothing to compute)"),
+                         "shape (measured on the real 0.2.5 binary): on the CPU (nothing to compute)",
+          # pow's overloads are in int_broadcast's chain too (the first fix that answers wins)
+          before=("int_broadcast",)),
     Patch("int_pow_zero", "integer pow of a zero base to a negative exponent gives the int32 maximum "
                           "(measured on the real 0.2.5 binary): those elements 0, on the device"),
     Patch("bool_exp2", "exp2 of bool, pow of a number to a bool exponent give 1 (measured on the real "
@@ -202,14 +211,16 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("channels_last", "memory_format=channels_last is refused for device tensors ('must be "
                            "Contiguous for DML tensors', measured on the real 0.2.5 binary): the CPU's "
                            "strides by empty_strided and a copy, on the device"),
-    # after gather (its dim=-1 fix hands the dimension counted from 0 on), before refused
     Patch("scatter_repeated", "scatter_add/scatter(reduce=) with a repeated index write it once (measured "
-                              "on the real 0.2.5 binary): index_put_(accumulate=True), on the device"),
-    # refused's retry answers every call it holds, so it comes after the fixes that share
-    # its overloads (gather, repeat, adaptive_pool: _select's chain runs in install order)
+                              "on the real 0.2.5 binary): index_put_(accumulate=True), on the device",
+          # gather's dim=-1 fix hands the dimension counted from 0 on; refused's retry answers all
+          after=("gather",), before=("refused",)),
     Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "
                      "divisor_override, zero-size mm/addmm, integer log2/isnan/sinc, partial scatter, "
-                     "the *_scatter ops): retried on the CPU at BackendSelect, however reached"),
+                     "the *_scatter ops): retried on the CPU at BackendSelect, however reached",
+          # its retry answers every call it holds, so the fixes that share its overloads go first
+          # (_select's chain runs in install order)
+          after=("gather", "repeat", "adaptive_pool")),
     Patch("fallback_out", "eye, kthvalue, median/nanmedian(dim), linalg.lstsq come back empty: torch-"
                           "directml's CPU fallback does not grow their empty out= (measured on the real "
                           "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
