@@ -340,6 +340,14 @@ def below(keyset):
     return keyset & _BELOW
 
 
+# Four kernel makers, not one: each sits at another dispatch key with another contract.
+# fix_kernel (BackendSelect): fix a device call's arguments, redispatch below; the one maker
+# of every fix, the net's and _select.py's.  _island_kernel (BackendSelect): a call that would
+# make a value the device cannot hold runs on the CPU, factories reached by device= too.
+# _autograd_island_kernel (Autograd): the island above autograd, so its backward is the CPU's.
+# _composite_kernel (Autograd and backend keys of a CompositeImplicitAutograd op): the whole
+# op as an island, else torch's decomposition, never a redispatch.  One maker with flags
+# would be these four behind a switch, on every call.
 def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = None):
     """The BackendSelect kernel of ``op`` for ``fix``, the one maker of the net's (``FIXES``)
     and the reported-defect fixes' (``_select.py``) kernels.  Python numbers in Tensor slots

@@ -26,6 +26,7 @@ from typing import Tuple
 import torch
 
 from .. import trace
+from ..dml_ops import aten_op, view_kernels
 from . import _select
 from .dispatcher import Done
 
@@ -34,10 +35,8 @@ _AS_STRIDED = _aten.as_strided.default
 # where a view's anchor and offset are kept: on the tensor's Python object, which torch
 # keeps with the TensorImpl (PyObject preservation), so it survives a trip through C++
 _KEY = "_dmlshim_anchor"
-# torch-directml's view kernels (dml_registered_ops.txt) that snapshot an offset view
-_VIEWS = (_aten.view.default, _aten._reshape_alias.default, _aten._unsafe_view.default,
-          _aten.reshape.default, _aten.unfold.default)
-# its split kernels, which copy every chunk
+# of torch-directml's view kernels (dml_ops.view_kernels, the one list: inference_mode's
+# too), the split kernels, which copy every chunk (a list of views comes back)
 _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default)
 
 
@@ -116,5 +115,6 @@ def _view_of(anchor, keyset, size, stride, offset) -> torch.Tensor:
     return _select.pass_on(_AS_STRIDED, keyset, args, {}, after=_rebuilt)
 
 
-_kernels = _select.Kernels({op: _rebuilt for op in (_AS_STRIDED, *_VIEWS, *_SPLITS)})
+# every view kernel snapshots an offset view (as_strided and the splits among them)
+_kernels = _select.Kernels({aten_op(name): _rebuilt for name in view_kernels()})
 install, uninstall = _kernels.install, _kernels.uninstall
