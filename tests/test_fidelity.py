@@ -51,6 +51,12 @@ def test_the_docs_count_of_agreeing_rows_is_the_files():
     assert re.findall(r"(\d+) of (\d+) rows agree", page) == [(str(agreeing), str(total))]
 
 
+def test_every_probe_s_calls_can_be_seen():
+    for d in probing.all_defects():
+        if not d.static:
+            assert fidelity._case_of(d.probe) or d.probe.__module__ == "dmlshim.defects", d.name
+
+
 def test_outcome_classes():
     from dmlshim.reported import _differ
     x = torch.arange(6.0).view(2, 3)
