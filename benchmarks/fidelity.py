@@ -323,9 +323,18 @@ def bounded(fn, timeout=60.0):
     """``fn()`` in a worker thread, at most ``timeout`` s: a hung DirectML call cannot be
     interrupted (as ``probing.run_probe``)."""
     box = []
-    worker = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+
+    def run():
+        try:
+            box.append(fn())
+        except BaseException as exc:          # fidelity's own error: raised here, not "hung"
+            box.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(timeout)
+    if box and isinstance(box[0], BaseException):
+        raise box[0]
     return box[0] if box else {"class": HUNG, "broken": True, "figure": f"timed out after {timeout:g} s"}
 
 

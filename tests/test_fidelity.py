@@ -5,8 +5,10 @@ import importlib.util
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from dmlshim import probing
@@ -75,3 +77,9 @@ def test_an_hresult_is_compared_by_name_and_other_errors_by_first_words():
     assert fidelity.agree(raised, dict(raised)) and not fidelity.agree(raised, {**raised, "words": "x"})
     shape = {"class": "wrong shape", "outputs": [["wrong shape", "float32", [0]]]}
     assert not fidelity.agree(shape, {"class": "wrong shape", "outputs": [["wrong shape", "float32", [1]]]})
+
+
+def test_bounded_raises_its_own_error_and_reads_a_timeout_as_hung():
+    with pytest.raises(TypeError):
+        fidelity.bounded(lambda: (_ for _ in ()).throw(TypeError("no")))
+    assert fidelity.bounded(lambda: time.sleep(1), timeout=0.05)["class"] == "hung"
