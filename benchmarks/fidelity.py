@@ -10,7 +10,11 @@ static one a repro here) and every default rule of the emulator no probe covers
 * ``real-fp64``: the same with ``--fp64`` (a GPU with float64)
 
 Each device runs in its own child process; a static defect (an abort: bf16, complex,
-nn.PReLU(C)) runs in a child of its own, and an abort is recorded as such.  Then the
+nn.PReLU(C)) runs in a child of its own, and an abort is recorded as such.  Each call's
+outcome against the CPU is a class (``observe``): equal, wrong values / shape / dtype /
+device, raised, aborted (a dead child, or the emulator's FatalDirectMLError), hung.  A row
+agrees when the emulated and the real class match, with each output's dtype and shape for a
+result, the error's type and first words (an HRESULT by its name) for a raise.  Then the
 ``inference_mode`` sweep (failure_modes.md #41): common modules and functional calls on
 tensors moved to the device before, called inside ``torch.inference_mode()``, raw and
 with ``dmlshim.activate()``; CPU work that dmlshim adds is counted (``dmlshim.trace``).
@@ -25,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,6 +131,15 @@ SPECIFIC = {
     "new_device_index": "the emulator cannot model it on torch 2.4.1: its from_dlpack refuses a "
                         "privateuseone tensor without an index, so the emulated x.new(2) keeps "
                         "the index there (on torch >= 2.5 it is modelled; tests/test_legacy_new.py).",
+    "upsample_nearest": "not modelled: torch-directml reuses the operator it built first for a shape "
+                        "(docs/defects.md, 'Upsampling'), so on the real binary the probe's second call "
+                        "(by size, after scale 1.7 on the same shape) is wrong too; the emulator keeps no "
+                        "such state and gets it right.",
+    "out_resize": "not modelled, twice: the real binary's mul.out returns a new, right tensor and leaves "
+                  "the empty out= as it is; a Python kernel's caller gets its out= argument back "
+                  "(torch.mul(x, 2, out=o) is o on the emulated device, torch 2.4.1 and 2.13), so the "
+                  "emulated call returns the empty out (shape [0]). And the real binary writes a float "
+                  "times a bool into a bool out=; the emulator computes on the CPU, which refuses the cast.",
 }
 
 
@@ -186,6 +201,150 @@ def _inference_cases():
     ]
 
 
+# ------------------------------------------------------------------ outcomes
+# What a call did on one device against the CPU, as a class.  A row agrees when both sides
+# have the same class and, for a result, the same outputs (class, dtype and shape of each
+# tensor), for an error the same type and first words; values that are wrong on both sides
+# may differ.  The probes' own verdicts (broken, figure) are kept to show, not compared.
+EQUAL, VALUES, SHAPE, DTYPE, DEVICE = "equal", "wrong values", "wrong shape", "wrong dtype", "wrong device"
+RAISED, ABORTED, HUNG = "raised", "aborted", "hung"
+FIRST_WORDS = 3       # past them, messages carry paths and op names the emulator renders generically
+
+
+def observe(probe, device):
+    """``probe(device)`` run as it is, with its raw results classified (see above)."""
+    case = _case_of(probe)
+    if case is not None:
+        return _observe_case(case, device)
+    if "compare" not in probe.__code__.co_names:   # its calls would go unseen: every output "equal"
+        raise TypeError(f"{probe.__name__}: neither a case probe nor one that calls compare()")
+    return _observe_core(probe, device)
+
+
+def _case_of(probe):
+    """The call a ``catalogue.probes.case_probe`` probe compares (``probe.case``), or None:
+    the hand-written probes make and compare their own calls."""
+    return getattr(probe, "case", None)
+
+
+def _observe_case(case, device):
+    """``case_probe(case)`` as it runs, keeping what ``case`` returned or raised."""
+    from dmlshim.catalogue.probes import case_probe, differ
+    seen = {}
+
+    def capture(d):
+        try:
+            seen[str(d)] = case(d)
+        except Exception as exc:
+            seen[str(d)] = exc
+            raise
+        return seen[str(d)]
+
+    try:
+        verdict = case_probe(capture)(device)
+    except Exception as exc:                   # the CPU's call failed: the repro's own error
+        return _raised(exc)
+    got = seen[str(device)]
+    if isinstance(got, Exception):
+        return _raised(got)
+    return _result(verdict, _outputs(got, seen["cpu"], differ))
+
+
+def _observe_core(probe, device):
+    """A hand-written probe as it runs, each (device, CPU) pair it compares recorded."""
+    from unittest import mock
+    module = sys.modules[probe.__module__]
+    compare, outputs = module.compare, []
+
+    def recording(got, want, *tolerance):
+        outputs.extend(_outputs(got, want, lambda g, w: compare(g, w, *tolerance)))
+        return compare(got, want, *tolerance)
+
+    with mock.patch.object(module, "compare", recording):
+        try:
+            verdict = probe(device)
+        except Exception as exc:
+            return _raised(exc)
+    return _result(verdict, outputs)
+
+
+def _outputs(got, want, differ):
+    """[class, dtype, shape] of each tensor of a result; ``differ(g, w)``: the probe's own
+    comparison (its tolerance: a GPU's rounding is not a defect)."""
+    import torch
+    got, want = _flat(got), _flat(want)
+    if len(got) != len(want):
+        return [[SHAPE, "outputs", [len(got)]]]
+    rows = []
+    for g, w in zip(got, want):
+        if not isinstance(w, torch.Tensor):
+            rows.append([EQUAL if g == w else VALUES, type(g).__name__, None])
+            continue
+        g = g.cpu()
+        kind = (SHAPE if g.shape != w.shape else DTYPE if g.dtype != w.dtype
+                else VALUES if differ(g, w).broken else EQUAL)
+        rows.append([kind, str(g.dtype).replace("torch.", ""), list(g.shape)])
+    return rows
+
+
+def _flat(x):
+    return [y for item in x for y in _flat(item)] if isinstance(x, (tuple, list)) else [x]
+
+
+def _result(verdict, outputs):
+    wrong = [kind for kind, _, _ in outputs if kind != EQUAL]
+    # broken with every comparison equal: the probe's own check, x.new()'s device
+    kind = wrong[0] if wrong else DEVICE if verdict.broken else EQUAL
+    return {"class": kind, "outputs": outputs, "broken": verdict.broken, "figure": verdict.figure}
+
+
+def _raised(exc):
+    """The emulator's FatalDirectMLError stands for the binary's abort: the same class."""
+    lines = str(exc).strip().splitlines()
+    figure = f"{type(exc).__name__}: {lines[0] if lines else ''}"[:200]
+    if type(exc).__name__ == "FatalDirectMLError":
+        return {"class": ABORTED, "broken": True, "figure": figure}
+    return {"class": RAISED, "words": first_words(exc), "broken": True, "figure": figure}
+
+
+def first_words(exc):
+    """Type and first words; an HRESULT by its name (the emulator renders E_INVALIDARG as
+    Windows does, 'The parameter is incorrect.'; the binary on Linux 'Unknown error
+    -2147024809')."""
+    from dmlshim import errors
+    lines = str(exc).strip().splitlines()
+    hresult = errors.recognise(lines[0]) if lines else None
+    words = hresult.name if hresult else " ".join((lines[0] if lines else "").split()[:FIRST_WORDS])
+    return f"{type(exc).__name__}: {words}"
+
+
+def bounded(fn, timeout=60.0):
+    """``fn()`` in a worker thread, at most ``timeout`` s: a hung DirectML call cannot be
+    interrupted (as ``probing.run_probe``)."""
+    box = []
+
+    def run():
+        try:
+            box.append(fn())
+        except BaseException as exc:          # fidelity's own error: raised here, not "hung"
+            box.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if box and isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0] if box else {"class": HUNG, "broken": True, "figure": f"timed out after {timeout:g} s"}
+
+
+def agree(emu, real):
+    """Same class, and for a result the same outputs, for an error the same first words."""
+    if emu is None or real is None:
+        return False
+    return (emu["class"] == real["class"] and emu.get("outputs") == real.get("outputs")
+            and emu.get("words") == real.get("words"))
+
+
 # ------------------------------------------------------------------ children
 
 def _device(kind):
@@ -198,29 +357,22 @@ def _device(kind):
     return device
 
 
-def _verdict_dict(v):
-    return {"broken": bool(v.broken), "figure": v.figure}
-
-
 def child_probes(kind):
-    """Every probing defect and EXTRA case on ``kind``'s device, raw."""
+    """Every probing defect and EXTRA case on ``kind``'s device, raw: its outcome."""
     import warnings
     warnings.simplefilter("ignore")
     from dmlshim import probing
     from dmlshim.catalogue.probes import case_probe
     device = _device(kind)
-    out = {d.name: _verdict_dict(probing.run_probe(d, device, 60.0))
-           for d in probing.all_defects() if not d.static}
-    for name, _, case in _extra_cases():
-        out[name] = _verdict_dict(probing.verdict_of(case_probe(case), device))
-    return out
+    probes = [(d.name, d.probe) for d in probing.all_defects() if not d.static]
+    probes += [(name, case_probe(case)) for name, _, case in _extra_cases()]
+    return {name: bounded(functools.partial(observe, probe, device)) for name, probe in probes}
 
 
 def child_static(kind, name):
     """One static defect's repro on ``kind``'s device (this process may be aborted)."""
-    from dmlshim import probing
     from dmlshim.catalogue.probes import case_probe
-    return _verdict_dict(probing.verdict_of(case_probe(_static_cases()[name]), _device(kind)))
+    return observe(case_probe(_static_cases()[name]), _device(kind))
 
 
 def child_inference(kind):
@@ -250,7 +402,7 @@ def child_inference(kind):
 
 def _inference_once(build, call, device, mode="inference_mode"):
     import torch
-    from dmlshim.catalogue.probes import differ
+    from dmlshim.catalogue.probes import differ as _differ
     torch.manual_seed(0)
     module, x = build()
     with torch.no_grad():
@@ -263,7 +415,7 @@ def _inference_once(build, call, device, mode="inference_mode"):
             got = call(module, x)
     except Exception as exc:
         return {"ok": False, "figure": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}"}
-    verdict = differ(got, want)
+    verdict = _differ(got, want)
     return {"ok": not verdict.broken and got.device == device, "figure": verdict.figure,
             "on_device": got.device == device}
 
@@ -314,21 +466,21 @@ def _versions(python):
 
 
 def compare(defects, results):
-    """One row per defect: the verdict of each device and whether they agree."""
+    """One row per defect: the outcome on each device and whether they agree."""
     rows = []
     for name, row, source in defects:
-        verdicts = {kind: results[kind].get(name) for kind in DEVICES}
-        agree = {f"{emu} = {real}": _state(verdicts[emu]) == _state(verdicts[real]) for emu, real in PAIRS}
-        rows.append({"name": name, "row": row, "source": source, "verdicts": verdicts,
-                     "agree": all(agree.values()), "pairs": agree, "specific": SPECIFIC.get(name)})
+        outcomes = {kind: _outcome(results[kind].get(name)) for kind in DEVICES}
+        pairs = {f"{emu} = {real}": agree(outcomes[emu], outcomes[real]) for emu, real in PAIRS}
+        rows.append({"name": name, "row": row, "source": source, "outcomes": outcomes,
+                     "agree": all(pairs.values()), "pairs": pairs, "specific": SPECIFIC.get(name)})
     return rows
 
 
-def _state(verdict):
-    """broken or not; an abort, and the emulator's stand-in for it, are both broken."""
-    if verdict is None:
-        return None
-    return True if "abort" in verdict else verdict["broken"]
+def _outcome(result):
+    """A child's outcome; a child that died (run_child's ``abort``) aborted."""
+    if result is not None and "abort" in result:
+        return {"class": ABORTED, "broken": True, "figure": result["abort"]}
+    return result
 
 
 def main():
@@ -367,8 +519,9 @@ def main():
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     with open(ARGS.out, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, ensure_ascii=False)
-    bad = [r["name"] for r in data["rows"] if not r["agree"] and not r["specific"]]
-    print(f"{len(data['rows'])} rows, {len(bad)} disagree: {', '.join(bad) or '-'}; "
+    differ = [r["name"] for r in data["rows"] if not r["agree"]]
+    bad = [name for name in differ if not SPECIFIC.get(name)]
+    print(f"{len(data['rows'])} rows, {len(differ)} differ, {len(bad)} without a reason: {', '.join(bad) or '-'}; "
           f"{data['seconds']} s; wrote {ARGS.out}")
     return 0
 

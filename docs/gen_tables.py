@@ -514,27 +514,41 @@ _FIDELITY_COLUMNS = (("emulated", "emulated"), ("real", "real, FP64 off"),
                      ("emulated-fp64", "emulated, FP64"), ("real-fp64", "real, FP64 on"))
 
 
-def _verdict_cell(v):
+def _outcome_cell(v):
     if v is None:
         return "not run"
-    if "abort" in v:
-        return _cell(f"**abort**: {v['abort']}"[:140])
+    if v["class"] == "equal":
+        return "equal"
     figure = v["figure"] if len(v["figure"]) <= 90 else v["figure"][:87] + "..."
-    return _cell(f"{'**broken**' if v['broken'] else 'ok'}: {figure}")
+    return _cell(f"**{v['class']}**: {figure}")
+
+
+def fidelity_agreement(d):
+    """(agreeing rows, rows, {class: agreeing rows}) of a fidelity-defects.json: a row's
+    class is the real binary's, FP64 off."""
+    rows = [r for r in d["rows"] if r["agree"]]
+    by_class = {}
+    for r in rows:
+        kind = r["outcomes"]["real"]["class"]
+        by_class[kind] = by_class.get(kind, 0) + 1
+    return len(rows), len(d["rows"]), by_class
 
 
 def fidelity_defects_table():
-    """Per defect: the verdict on the emulated device and on the real binary (FP64 off,
-    on), whether they agree, and for a row that may differ, why; then the inference_mode
+    """Per defect: the outcome class on the emulated device and on the real binary (FP64
+    off, on), whether they agree, and for a row that may differ, why; then the inference_mode
     sweep (raw failures, and with dmlshim: on the device, extra CPU calls)."""
     name = "fidelity-defects.json"
     d = _load(name)
-    lines = ["| defect | row | " + " | ".join(h for _, h in _FIDELITY_COLUMNS) + " | agree |",
+    agreeing, total, by_class = fidelity_agreement(d)
+    classes = ", ".join(f"{k} {n}" for k, n in sorted(by_class.items(), key=lambda kv: -kv[1]))
+    lines = [f"{agreeing} of {total} rows agree ({classes}); {total - agreeing} differ.", "",
+             "| defect | row | " + " | ".join(h for _, h in _FIDELITY_COLUMNS) + " | agree |",
              "|---" * (len(_FIDELITY_COLUMNS) + 3) + "|"]
     for r in d["rows"]:
         agree = "yes" if r["agree"] else ("no: " + r["specific"] if r["specific"] else "**no**")
         lines.append(f"| `{r['name']}` | {_cell(r['row'])} | "
-                     + " | ".join(_verdict_cell(r["verdicts"].get(k)) for k, _ in _FIDELITY_COLUMNS)
+                     + " | ".join(_outcome_cell(r["outcomes"].get(k)) for k, _ in _FIDELITY_COLUMNS)
                      + f" | {_cell(agree)} |")
     sweep = d["inference_mode"]
     lines += ["", "`torch.inference_mode()` sweep (tensors moved to the device before, called inside it):", "",
