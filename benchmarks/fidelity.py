@@ -216,8 +216,8 @@ def observe(probe, device):
     case = _case_of(probe)
     if case is not None:
         return _observe_case(case, device)
-    if "compare" not in probe.__code__.co_names:   # its calls would go unseen: every output "equal"
-        raise TypeError(f"{probe.__name__}: neither a case probe nor one that calls compare()")
+    if not probe.__module__.startswith("dmlshim.catalogue."):  # its calls would go unseen
+        raise TypeError(f"{probe.__name__}: neither a case probe nor a catalogue module's own")
     return _observe_core(probe, device)
 
 
