@@ -152,3 +152,45 @@ def test_no_module_below_the_top_imports_the_top_level_package():
     assert not upward, ("modules below dmlshim/__init__.py import it: " + str(upward)
                         + "; pass what they need down (patches.Context, an argument) or move it "
                           "to a lower module")
+
+
+def _private_imports(name, path, modules):
+    """The private names ``name`` takes from another module of its package (not from the
+    package, not a submodule): ``from .x import _y`` and ``x._y`` of a ``from . import x``,
+    as ``"line N: x._y"``."""
+    package = name.rpartition(".")[0]
+    siblings, found = {}, []
+    for node, module in _imports(name, path):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for alias in node.names:
+            if module == package and f"{package}.{alias.name}" in modules:
+                siblings[alias.asname or alias.name] = alias.name          # from . import x
+            elif module.startswith(package + ".") and module in modules and alias.name.startswith("_") \
+                    and f"{module}.{alias.name}" not in modules:
+                found.append(f"line {node.lineno}: {module.rpartition('.')[2]}.{alias.name}")
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in siblings and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"line {node.lineno}: {siblings[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_the_private_walk_sees_from_imports_and_attributes(tmp_path):
+    modules = {"dmlshim.patches": tmp_path / "__init__.py", "dmlshim.patches.a": tmp_path / "a.py",
+               "dmlshim.patches._select": tmp_path / "_select.py", "dmlshim.patches.x": tmp_path / "x.py"}
+    path = tmp_path / "x.py"
+    path.write_text("from . import a, _select\nfrom .a import _write, public\nfrom ._select import on_cpu\n"
+                    "a._helper(); _select._chains; _select.on_cpu; a.__name__\n")
+    assert sorted(_private_imports("dmlshim.patches.x", path, modules)) == [
+        "line 2: a._write", "line 4: _select._chains", "line 4: a._helper"]
+
+
+def test_no_fix_module_imports_another_fix_modules_private_names():
+    """A helper two fixes share is public (or lives in a shared module: ``_select``), so that
+    changing one fix's internals cannot break another (issue 40)."""
+    modules = _modules()
+    private = {name: found for name in sorted(modules) if name.startswith("dmlshim.patches.")
+               if (found := _private_imports(name, modules[name], modules))}
+    assert not private, ("patch modules import each other's private names: " + str(private)
+                         + "; make the helper public, or move it to a shared module (_select)")

@@ -19,7 +19,6 @@ import torch
 from .. import fallback, ranges
 from . import _select
 from .dispatcher import Done, below
-from .fallback_out import _on_cpu_into_outs, _write
 
 _aten = torch.ops.aten
 OPS = (_aten.arange.start_out,)
@@ -65,7 +64,7 @@ def _arange(op, keyset, args, kwargs):
     start, end = args[0], args[1]
     step = args[2] if len(args) > 2 else kwargs.get("step", 1)
     if differs(start, end, step, kwargs["out"].dtype):
-        return _on_cpu_into_outs(op, keyset, args, kwargs)
+        return _select.on_cpu_into_outs(op, keyset, args, kwargs)
     out = kwargs["out"]
     made = op.redispatch(below(keyset), *args, **kwargs)
     if made is not out and out.numel() == 0:      # torch's composite's own: no one else sees it
@@ -73,7 +72,7 @@ def _arange(op, keyset, args, kwargs):
             out.data = made
     elif made is not out:
         with fallback.guard():                    # the shim's own work: auto's retry stands aside
-            _write(out, made)
+            _select.grow_out(out, made)
     if ranges.integral(out.dtype) and all(type(v) is int for v in (start, end, step)):
         count = cpu_length(start, end, step, out.dtype)      # its values' range, for int_range
         last = start + (count - 1) * step

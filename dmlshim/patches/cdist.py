@@ -16,7 +16,6 @@ import torch
 
 from . import _select
 from .dispatcher import Done
-from .fallback_out import _write
 
 _aten = torch.ops.aten
 OPS = (_aten._cdist_forward.default, _aten._cdist_forward.out)
@@ -40,7 +39,7 @@ def _as_3d(op, keyset, args, kwargs):
         result = _aten._cdist_forward.default(*flat, p, compute_mode).view(shape)
     if "out" not in kwargs:
         return Done(result)
-    _write(kwargs["out"], result)
+    _select.grow_out(kwargs["out"], result)
     return Done(kwargs["out"])
 
 

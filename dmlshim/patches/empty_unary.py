@@ -12,8 +12,6 @@ from __future__ import annotations
 import torch
 
 from . import _select
-from .fallback_out import _on_cpu_into_outs
-from .refused import _in_place_on_cpu
 
 _aten = torch.ops.aten
 FUNCTIONAL = (_aten.log2.default, _aten.log10.default, _aten.sinc.default, _aten.bitwise_not.default,
@@ -34,9 +32,9 @@ def _on_cpu(op, keyset, args, kwargs):
     if not empty(args):
         return None
     if op in OUT:
-        return _on_cpu_into_outs(op, keyset, args, kwargs)
+        return _select.on_cpu_into_outs(op, keyset, args, kwargs)
     if op in IN_PLACE:
-        return _in_place_on_cpu(op, args, kwargs)
+        return _select.in_place_on_cpu(op, args, kwargs)
     return _select.on_cpu(op, args, kwargs)
 
 

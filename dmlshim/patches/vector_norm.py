@@ -25,7 +25,6 @@ import torch
 
 from . import _select
 from .dispatcher import Done, below
-from .fallback_out import _write
 
 _aten = torch.ops.aten
 OUT = {_aten.linalg_vector_norm.default: _aten.linalg_vector_norm.out, _aten.norm.ScalarOpt_dim: _aten.norm.out}
@@ -80,7 +79,7 @@ def _into_out(op, keyset, args, kwargs):
     x = self.to(compute, copy=True)                      # the kernel overwrites its input
     extra = {"dtype": None} if op is _aten.linalg_vector_norm.out else {}
     into = torch.empty(_shape(self, dim, keepdim), dtype=compute, device=self.device)
-    _write(out, op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into))   # not into: its result
+    _select.grow_out(out, op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into))   # not into: its result
     return Done(out)
 
 
