@@ -194,3 +194,51 @@ def test_no_fix_module_imports_another_fix_modules_private_names():
                if (found := _private_imports(name, modules[name], modules))}
     assert not private, ("patch modules import each other's private names: " + str(private)
                          + "; make the helper public, or move it to a shared module (_select)")
+
+
+def _imports_under(package, modules, graph):
+    """``{module: the dmlshim modules it imports}`` for every module of ``package``."""
+    return {name: graph[name] for name in modules if name == package or name.startswith(package + ".")}
+
+
+def _reaching(found, packages):
+    """``found``'s imports of a module of one of ``packages``, as ``{module: [imported]}``."""
+    return {name: sorted(m for m in imported if any(m == p or m.startswith(p + ".") for p in packages))
+            for name, imported in found.items()
+            if any(m == p or m.startswith(p + ".") for m in imported for p in packages)}
+
+
+def test_the_emulator_and_the_laws_import_no_fix():
+    """The emulator models the device, not the cure: it reads DirectML's laws (``dmlshim.laws``),
+    never a fix's code, so a wrong law shows as the emulator disagreeing with the real binary
+    instead of the fix and the emulator agreeing (issue 40).  The laws import neither."""
+    modules = _modules()
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    emulation = _reaching(_imports_under("dmlshim.emulation", modules, graph), ("dmlshim.patches",))
+    laws = _reaching(_imports_under("dmlshim.laws", modules, graph), ("dmlshim.patches", "dmlshim.emulation"))
+    assert not emulation, f"the emulator imports fixes: {emulation}; move the law to dmlshim/laws/"
+    assert not laws, f"the laws import fixes or the emulator: {laws}"
+
+
+_LOADED = """
+import importlib.machinery, importlib.util, sys
+# the dmlshim package made but not run: its __init__ imports the patches for activate()
+spec = importlib.machinery.PathFinder.find_spec("dmlshim", [sys.argv[1]])
+sys.modules["dmlshim"] = importlib.util.module_from_spec(spec)
+import dmlshim.laws.broadcast, dmlshim.laws.empty, dmlshim.laws.integers, dmlshim.laws.norms, dmlshim.laws.pooling
+laws = sorted(m for m in sys.modules if m.startswith(("dmlshim.patches", "dmlshim.emulation")))
+from dmlshim.emulation import rules
+rules.default_rules()                       # every rule made, rules_refused's included
+print(laws, sorted(m for m in sys.modules if m.startswith("dmlshim.patches")))
+"""
+
+
+def test_importing_the_emulator_loads_no_fix():
+    """The same, as Python runs it: importing the laws and the emulator, and making its rules,
+    loads no module of ``dmlshim.patches`` (the laws no emulator module either)."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT.parent)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "[]"], result.stdout

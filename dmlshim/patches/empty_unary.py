@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.empty import empty
 from . import _select
 
 _aten = torch.ops.aten
@@ -21,11 +22,6 @@ IN_PLACE = (_aten.log2_.default, _aten.log10_.default, _aten.sinc_.default, _ate
 OUT = (_aten.log2.out, _aten.log10.out, _aten.sinc.out, _aten.bitwise_not.out, _aten.pow.Tensor_Scalar_out,
        _aten.pow.Tensor_Tensor_out, _aten.pow.Scalar_out)
 OPS = FUNCTIONAL + IN_PLACE + OUT
-
-
-def empty(args) -> bool:
-    """A tensor operand with no elements (the result has none either)."""
-    return any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args[:2])
 
 
 def _on_cpu(op, keyset, args, kwargs):
