@@ -503,16 +503,12 @@ def _resample_backward(grad, dim, in_size, table):
     return out.index_put_((second,), rows * weight, accumulate=True).movedim(0, dim)
 
 
-def _into(out, result):
-    return result if out is None else fallback.write_out(out, result)
-
-
 def _dml_upsample(kind):
     def upsample(self, output_size, *args, out=None):
         args = args[1:] if kind == "linear" else args                 # align_corners
         h, w = _dml_tables(kind, self.shape, output_size, (list(args) + [None, None])[:2])
-        result = _resample(_resample(_backend.cpu_alias(self), -1, w), -2, h)    # W first, then H
-        return _into(out, _backend.to_device(result))
+        result = _backend.to_device(_resample(_resample(_backend.cpu_alias(self), -1, w), -2, h))  # W, then H
+        return result if out is None else fallback.write_out(out, result)
     return upsample
 
 
@@ -520,9 +516,9 @@ def _dml_upsample_backward(kind):
     def backward(grad, output_size, input_size, *args, grad_input=None):
         args = args[1:] if kind == "linear" else args
         h, w = _dml_tables(kind, input_size, output_size, (list(args) + [None, None])[:2])
-        result = _resample_backward(_resample_backward(_backend.cpu_alias(grad), -2, input_size[2], h),
-                                    -1, input_size[3], w)
-        return _into(grad_input, _backend.to_device(result))
+        result = _backend.to_device(_resample_backward(
+            _resample_backward(_backend.cpu_alias(grad), -2, input_size[2], h), -1, input_size[3], w))
+        return result if grad_input is None else fallback.write_out(grad_input, result)
     return backward
 
 

@@ -220,8 +220,8 @@ def _first_value_of_the_smaller(op):
 
 
 def _int_broadcast_overloads():
-    return [(op.name().split("::", 1)[1], op, _ranks_differ if op in broadcast.INTEGER_OPS else _ranks_and_dtypes_differ)
-            for op in broadcast.OPS]
+    return [(op.name().split("::", 1)[1], op,
+             _ranks_differ if op in broadcast.INTEGER_OPS else _ranks_and_dtypes_differ) for op in broadcast.OPS]
 
 
 def _int_range_ops():
@@ -555,7 +555,8 @@ def _last_window_past(self, kernel_size, stride=(), padding=0, ceil_mode=False, 
 def _dml_avg_pool(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                   divisor_override=None, out=None):
     """The real binary's answer: every window divided by the whole kernel."""
-    kernel = pooling.last_window_past(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)[0]
+    kernel = pooling.last_window_past(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                      divisor_override)[0]
     return _into(_backend.run_on_cpu(torch.ops.aten.avg_pool2d.default,
                                      (self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                                       kernel[0] * kernel[1]), {}), out)

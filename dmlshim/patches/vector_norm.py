@@ -56,7 +56,7 @@ def _into_out(op, keyset, args, kwargs):
     x = self.to(compute, copy=True)                      # the kernel overwrites its input
     extra = {"dtype": None} if op is _aten.linalg_vector_norm.out else {}
     into = torch.empty(_shape(self, dim, keepdim), dtype=compute, device=self.device)
-    _select.grow_out(out, op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into))   # not into: its result
+    _select.grow_out(out, op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into))  # not into: its result
     return Done(out)
 
 
