@@ -152,3 +152,93 @@ def test_no_module_below_the_top_imports_the_top_level_package():
     assert not upward, ("modules below dmlshim/__init__.py import it: " + str(upward)
                         + "; pass what they need down (patches.Context, an argument) or move it "
                           "to a lower module")
+
+
+def _private_imports(name, path, modules):
+    """The private names ``name`` takes from another module of its package (not from the
+    package, not a submodule): ``from .x import _y`` and ``x._y`` of a ``from . import x``,
+    as ``"line N: x._y"``."""
+    package = name.rpartition(".")[0]
+    siblings, found = {}, []
+    for node, module in _imports(name, path):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for alias in node.names:
+            if module == package and f"{package}.{alias.name}" in modules:
+                siblings[alias.asname or alias.name] = alias.name          # from . import x
+            elif module.startswith(package + ".") and module in modules and alias.name.startswith("_") \
+                    and f"{module}.{alias.name}" not in modules:
+                found.append(f"line {node.lineno}: {module.rpartition('.')[2]}.{alias.name}")
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in siblings and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"line {node.lineno}: {siblings[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_the_private_walk_sees_from_imports_and_attributes(tmp_path):
+    modules = {"dmlshim.patches": tmp_path / "__init__.py", "dmlshim.patches.a": tmp_path / "a.py",
+               "dmlshim.patches._select": tmp_path / "_select.py", "dmlshim.patches.x": tmp_path / "x.py"}
+    path = tmp_path / "x.py"
+    path.write_text("from . import a, _select\nfrom .a import _write, public\nfrom ._select import on_cpu\n"
+                    "a._helper(); _select._chains; _select.on_cpu; a.__name__\n")
+    assert sorted(_private_imports("dmlshim.patches.x", path, modules)) == [
+        "line 2: a._write", "line 4: _select._chains", "line 4: a._helper"]
+
+
+def test_no_fix_module_imports_another_fix_modules_private_names():
+    """A helper two fixes share is public (or lives in a shared module: ``_select``), so that
+    changing one fix's internals cannot break another (issue 40)."""
+    modules = _modules()
+    private = {name: found for name in sorted(modules) if name.startswith("dmlshim.patches.")
+               if (found := _private_imports(name, modules[name], modules))}
+    assert not private, ("patch modules import each other's private names: " + str(private)
+                         + "; make the helper public, or move it to a shared module (_select)")
+
+
+def _imports_under(package, modules, graph):
+    """``{module: the dmlshim modules it imports}`` for every module of ``package``."""
+    return {name: graph[name] for name in modules if name == package or name.startswith(package + ".")}
+
+
+def _reaching(found, packages):
+    """``found``'s imports of a module of one of ``packages``, as ``{module: [imported]}``."""
+    return {name: sorted(m for m in imported if any(m == p or m.startswith(p + ".") for p in packages))
+            for name, imported in found.items()
+            if any(m == p or m.startswith(p + ".") for m in imported for p in packages)}
+
+
+def test_the_emulator_and_the_laws_import_no_fix():
+    """The emulator models the device, not the cure: it reads DirectML's laws (``dmlshim.laws``),
+    never a fix's code, so a wrong law shows as the emulator disagreeing with the real binary
+    instead of the fix and the emulator agreeing (issue 40).  The laws import neither."""
+    modules = _modules()
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    emulation = _reaching(_imports_under("dmlshim.emulation", modules, graph), ("dmlshim.patches",))
+    laws = _reaching(_imports_under("dmlshim.laws", modules, graph), ("dmlshim.patches", "dmlshim.emulation"))
+    assert not emulation, f"the emulator imports fixes: {emulation}; move the law to dmlshim/laws/"
+    assert not laws, f"the laws import fixes or the emulator: {laws}"
+
+
+_LOADED = """
+import importlib.machinery, importlib.util, sys
+# the dmlshim package made but not run: its __init__ imports the patches for activate()
+spec = importlib.machinery.PathFinder.find_spec("dmlshim", [sys.argv[1]])
+sys.modules["dmlshim"] = importlib.util.module_from_spec(spec)
+import dmlshim.laws.broadcast, dmlshim.laws.empty, dmlshim.laws.integers, dmlshim.laws.norms, dmlshim.laws.pooling
+laws = sorted(m for m in sys.modules if m.startswith(("dmlshim.patches", "dmlshim.emulation")))
+from dmlshim.emulation import rules
+rules.default_rules()                       # every rule made, rules_refused's included
+print(laws, sorted(m for m in sys.modules if m.startswith("dmlshim.patches")))
+"""
+
+
+def test_importing_the_emulator_loads_no_fix():
+    """The same, as Python runs it: importing the laws and the emulator, and making its rules,
+    loads no module of ``dmlshim.patches`` (the laws no emulator module either)."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT.parent)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "[]"], result.stdout

@@ -1,12 +1,13 @@
 """Integers past float32's 24 bits and int64 past 32 bits (patches/int_range.py): the laws the
-fix decides by, its selectivity (values within the exact span stay on the device), and a
-property test of the fix against the CPU.  The repro both ways is ``test_observed_silent``'s
+fix decides by (laws/integers.py), its selectivity (values within the exact span stay on the
+device), and a property test of the fix against the CPU.  The repro both ways is ``test_observed_silent``'s
 (``int_range``).  The tests without the marker run on the real device too."""
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dmlshim
+from dmlshim.laws import integers
 from dmlshim.patches import int_range
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
@@ -44,16 +45,17 @@ aten = torch.ops.aten
     (aten.gt.Tensor, (torch.tensor([2 ** 24 + 1]), torch.tensor([0])), {}, False),
 ])
 def test_outside_follows_the_laws(op, args, kwargs, outside):
-    assert int_range.outside(op, args, kwargs) is outside
+    assert integers.outside(op, args, kwargs) is outside
+    assert int_range.outside(op, args, kwargs) is outside        # the fix's, on CPU operands
 
 
 @pytest.mark.parametrize("dtype, law, refused", [
-    (torch.int64, int_range.FLOAT32, (-(2 ** 24), 2 ** 24)), (torch.int32, int_range.FLOAT32, (-(2 ** 24), 2 ** 24)),
-    (torch.int64, int_range.BITS32, (-(2 ** 31), 2 ** 31)), (torch.uint8, int_range.FLOAT32, (-1, 256)),
-    (torch.int8, int_range.FLOAT32, (-129, 128)), (torch.int16, int_range.FLOAT32, (-(2 ** 15) - 1, 2 ** 15)),
+    (torch.int64, integers.FLOAT32, (-(2 ** 24), 2 ** 24)), (torch.int32, integers.FLOAT32, (-(2 ** 24), 2 ** 24)),
+    (torch.int64, integers.BITS32, (-(2 ** 31), 2 ** 31)), (torch.uint8, integers.FLOAT32, (-1, 256)),
+    (torch.int8, integers.FLOAT32, (-129, 128)), (torch.int16, integers.FLOAT32, (-(2 ** 15) - 1, 2 ** 15)),
 ])
 def test_refused_bounds(dtype, law, refused):
-    assert int_range._refused(dtype, law) == refused
+    assert integers.refused(dtype, law) == refused
 
 
 def test_spans_survive_a_device_that_reads_32_bits(dml_device, shim_off):

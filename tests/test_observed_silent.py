@@ -18,8 +18,8 @@ import torch.nn.functional as F
 import dmlshim
 from dmlshim import catalogue, emulation, patches, probing
 from dmlshim.emulation import rules, rules_refused
-from dmlshim.patches.adaptive_pool import dml_windows_agree
-from dmlshim.patches import int_broadcast
+from dmlshim.laws import broadcast
+from dmlshim.laws.pooling import dml_windows_agree
 from dmlshim.patches.pad_negative import crop
 from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
@@ -388,7 +388,7 @@ PATCH = {"adaptive_pool": "adaptive_pool", "masked_select_broadcast": "masked_se
 RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast": ("masked_select",),
             "pad_negative": (("replication_pad1d", "replication_pad2d"), "constant_pad_nd"),
             "combinations": ("combinations",),
-            "int_broadcast": tuple(op.name().split("::", 1)[1] for op in int_broadcast.OPS),
+            "int_broadcast": tuple(op.name().split("::", 1)[1] for op in broadcast.OPS),
             "bool_minmax": ("max", "min"), "var_correction": ("var.correction", "std_mean.correction"),
             "dropout_backward": ("native_dropout_backward",),
             "conv_transpose_padding": ("convolution_overrideable", "convolution_backward_overrideable"),

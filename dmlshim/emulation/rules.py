@@ -19,10 +19,9 @@ import torch
 
 from . import _backend, opaque, routing, rules_refused
 from .fatal import RANK_ABORT, FatalDirectMLError, abort_message
+from .. import fallback
 from ..dml_ops import aten_op, out_unresized, view_kernels
-# the upsample fixes' resampling, run here with DirectML's source tables; the broadcast
-# copy fix's measured cases, which the emulator gets wrong as the real binary does
-from ..patches import _resample, broadcast_copy
+from ..laws.broadcast import wrong_on_device
 
 # Whether the emulated GPU runs float64 math.  _state.set_config, the one writer of
 # the device's configuration, passes it down: rules stays below _state (no cycle).
@@ -136,8 +135,8 @@ def _in_device_autocast(*_, **__):
 
 def _broadcast_copy(self, src, *_, **__):
     """``self.copy_(src)`` into the device, of a ``src`` that broadcasts as the real 0.2.5
-    binary gets it wrong (the cases the fix knows: patches/broadcast_copy.py)."""
-    return not self.is_cpu and broadcast_copy.wrong_on_device(self, src)
+    binary gets it wrong (``laws.broadcast.wrong_on_device``)."""
+    return not self.is_cpu and wrong_on_device(self, src)
 
 
 def _broadcast_copy_result(self, src, *_, **__):
@@ -463,33 +462,63 @@ def _counts_asked(self, sorted=True, return_inverse=False, return_counts=False):
 # scales 0.3-4, with and without a scale, equal these tables exactly.
 
 def _dml_tables(kind, input_size, output_size, scales):
-    """DirectML's source tables: ``dst * (1 / s)`` in float32, ``s`` = float32(scale), or
-    out / in in float32 without one; no half-pixel offset; nearest rounds down."""
+    """DirectML's source rows per axis, ``(first, second, weight)`` (nearest: the first
+    alone): the source coordinate ``dst * (1 / s)`` in float32, ``s`` = float32(scale), or
+    out / in in float32 without one; no half-pixel offset; nearest rounds down, linear reads
+    the next row too with weight ``source - first``."""
     tables = []
     for in_size, out_size, scale in zip(input_size[2:], output_size, scales):
         ratio = (torch.tensor(scale, dtype=torch.float32) if scale is not None and scale > 0
                  else torch.tensor(out_size, dtype=torch.float32) / in_size)
         source = torch.arange(out_size, dtype=torch.float32) * (1 / ratio)
-        tables.append(_resample.linear_table(source, in_size) if kind == "linear"
-                      else _resample.Table(source.long().clamp_max(in_size - 1)))
+        first = source.long().clamp_max(in_size - 1)
+        tables.append((first, (first + 1).clamp_max(in_size - 1), (source - first).clamp(0, 1))
+                      if kind == "linear" else (first, None, None))
     return tables
+
+
+def _along(weight, dim, like):
+    """``weight`` in ``like``'s dtype, shaped to broadcast along its ``dim``."""
+    shape = [1] * like.dim()
+    shape[dim] = -1
+    return weight.to(like.dtype).view(shape)
+
+
+def _resample(x, dim, table):
+    """``x`` read along ``dim`` from its source rows: the first, or ``a - (a - b) * w``."""
+    first, second, weight = table
+    a = x.index_select(dim, first)
+    return a if second is None else a - (a - x.index_select(dim, second)) * _along(weight, dim, x)
+
+
+def _resample_backward(grad, dim, in_size, table):
+    """The gradient of :func:`_resample`'s input: each output's accumulated into its rows."""
+    first, second, weight = table
+    rows = grad.movedim(dim, 0)
+    out = rows.new_zeros((in_size, *rows.shape[1:]))
+    if second is None:
+        return out.index_put_((first,), rows, accumulate=True).movedim(0, dim)
+    weight = _along(weight, 0, rows)
+    out.index_put_((first,), rows - rows * weight, accumulate=True)
+    return out.index_put_((second,), rows * weight, accumulate=True).movedim(0, dim)
 
 
 def _dml_upsample(kind):
     def upsample(self, output_size, *args, out=None):
         args = args[1:] if kind == "linear" else args                 # align_corners
-        tables = _dml_tables(kind, self.shape, output_size, (list(args) + [None, None])[:2])
-        result = _backend.to_device(_resample.upsample2d(_backend.cpu_alias(self), tables))
-        return _resample.into(out, result)
+        h, w = _dml_tables(kind, self.shape, output_size, (list(args) + [None, None])[:2])
+        result = _backend.to_device(_resample(_resample(_backend.cpu_alias(self), -1, w), -2, h))  # W, then H
+        return result if out is None else fallback.write_out(out, result)
     return upsample
 
 
 def _dml_upsample_backward(kind):
     def backward(grad, output_size, input_size, *args, grad_input=None):
         args = args[1:] if kind == "linear" else args
-        tables = _dml_tables(kind, input_size, output_size, (list(args) + [None, None])[:2])
-        result = _resample.upsample2d_backward(_backend.cpu_alias(grad), input_size, tables)
-        return _resample.into(grad_input, _backend.to_device(result))
+        h, w = _dml_tables(kind, input_size, output_size, (list(args) + [None, None])[:2])
+        result = _backend.to_device(_resample_backward(
+            _resample_backward(_backend.cpu_alias(grad), -2, input_size[2], h), -1, input_size[3], w))
+        return result if grad_input is None else fallback.write_out(grad_input, result)
     return backward
 
 

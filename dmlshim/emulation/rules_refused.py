@@ -20,6 +20,8 @@ import functools
 
 import torch
 
+from ..laws import broadcast, integers, norms, pooling
+from ..laws.empty import empty
 from . import _backend
 from .fatal import FatalDirectMLError
 
@@ -125,9 +127,8 @@ def _floor_mode(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
 
 
 def _off_grid(self, output_size):
-    from ..patches.adaptive_pool import dml_windows_agree
     sizes = self.shape[-len(output_size):]
-    return not all(dml_windows_agree(int(i), int(o)) for i, o in zip(sizes, output_size))
+    return not all(pooling.dml_windows_agree(int(i), int(o)) for i, o in zip(sizes, output_size))
 
 
 def _grid(size, out, dtype):
@@ -170,14 +171,14 @@ def _negative_begin(self, padding):
 
 def _dml_replication_pad(self, padding):
     """Replication as index maps, one per dimension; a dimension with a negative begin pad
-    reads the input's last value everywhere (measured)."""
-    from ..patches.pad_negative import replication_index
-
+    reads the input's last value everywhere (measured); the others PyTorch's map, output ``j``
+    reading input ``clamp(j - begin, 0, size - 1)``."""
     def pad(x, padding):
         for i in range(len(padding) // 2):
             dim, begin, end = x.dim() - 1 - i, int(padding[2 * i]), int(padding[2 * i + 1])
-            index = replication_index(x.size(dim), begin, end)
-            x = x.index_select(dim, index.fill_(x.size(dim) - 1) if begin < 0 else index)
+            size = x.size(dim)
+            index = (torch.arange(size + begin + end) - begin).clamp(0, size - 1)
+            x = x.index_select(dim, index.fill_(size - 1) if begin < 0 else index)
         return x
     op = getattr(torch.ops.aten, f"replication_pad{len(padding) // 2}d").default
     return _backend.run_on_cpu(op, (self, padding), {}, kernel=pad)
@@ -199,13 +200,11 @@ def _combinations_message(self, r=2, with_replacement=False):
 
 
 def _ranks_differ(self, other, *_, **kwargs):
-    from ..patches.int_broadcast import ranks_differ
-    return "out" not in kwargs and ranks_differ(self, other)
+    return "out" not in kwargs and broadcast.ranks_differ(self, other)
 
 
 def _ranks_and_dtypes_differ(self, other, *_, **kwargs):
-    from ..patches.int_broadcast import ranks_differ
-    return "out" not in kwargs and ranks_differ(self, other, integer_op=False)
+    return "out" not in kwargs and broadcast.ranks_differ(self, other, integer_op=False)
 
 
 @functools.lru_cache(maxsize=None)       # one function per op: rules compare equal across calls
@@ -221,14 +220,12 @@ def _first_value_of_the_smaller(op):
 
 
 def _int_broadcast_overloads():
-    from ..patches.int_broadcast import INTEGER_OPS, OPS
-    return [(op.name().split("::", 1)[1], op, _ranks_differ if op in INTEGER_OPS else _ranks_and_dtypes_differ)
-            for op in OPS]
+    return [(op.name().split("::", 1)[1], op,
+             _ranks_differ if op in broadcast.INTEGER_OPS else _ranks_and_dtypes_differ) for op in broadcast.OPS]
 
 
 def _int_range_ops():
-    from ..patches.int_range import RULES
-    return tuple(op.name().split("::", 1)[1] for op in RULES)
+    return tuple(op.name().split("::", 1)[1] for op in integers.RULES)
 
 
 def _bool_input(self, *rest, **kwargs):
@@ -275,7 +272,6 @@ def _empty_differs(op):
     name = op.name().split("::", 1)[1].split(".")[0]
 
     def when(*args, **kw):
-        from ..patches.empty_unary import empty
         if kw or not empty(args):
             return False
         x = args[0] if isinstance(args[0], torch.Tensor) else args[1]
@@ -310,8 +306,7 @@ def _dml_empty(op):
 
 
 def _bool_exponent(*args, **kw):
-    from ..patches.bool_exp2 import EXP2, bool_exponent
-    return not kw and bool_exponent(EXP2[0] if len(args) == 1 else None, args)
+    return not kw and integers.bool_exponent(integers.EXP2[0] if len(args) == 1 else None, args)
 
 
 @functools.lru_cache(maxsize=None)
@@ -325,8 +320,7 @@ def _exponent_zero(op):
 
 
 def _zero_to_negative(base, exponent, **kw):
-    from ..patches.int_pow_zero import zero_to_negative
-    return (not kw and zero_to_negative(base, exponent)
+    return (not kw and integers.zero_to_negative(base, exponent)
             and torch.result_type(base, exponent) in (torch.int32, torch.int64))
 
 
@@ -361,22 +355,19 @@ def _dml_linspace(start, end, steps, *, out):
 
 
 def _arange_differs(start, end, step=1, *, out):
-    from ..patches.arange_float32 import differs
-    return differs(start, end, step, out.dtype)
+    return integers.arange_differs(start, end, step, out.dtype)
 
 
 def _dml_arange(start, end, step=1, *, out):
-    """The real binary's answer: the length from float32 (patches/arange_float32.py), the
-    values as the CPU's from ``start``."""
-    from ..patches.arange_float32 import float32_length
-    value = (float(start) + float(step) * torch.arange(float32_length(start, end, step), dtype=torch.float64))
+    """The real binary's answer: the length from float32 (``laws.integers.float32_length``),
+    the values as the CPU's from ``start``."""
+    value = (float(start) + float(step) * torch.arange(integers.float32_length(start, end, step), dtype=torch.float64))
     out.resize_(value.shape).copy_(value.to(out.dtype))
     return out
 
 
 def _unique_of_bytes(self, sorted=True, return_inverse=False, return_counts=False):
-    from ..patches.unique_bytes import BYTES
-    return self.dtype in BYTES and self.dim() < 2 and not (return_inverse or return_counts)
+    return self.dtype in integers.BYTES and self.dim() < 2 and not (return_inverse or return_counts)
 
 
 def _dml_unique(self, sorted=True, return_inverse=False, return_counts=False):
@@ -389,8 +380,7 @@ def _dml_unique(self, sorted=True, return_inverse=False, return_counts=False):
 
 
 def _fractional_scalars(self, *_, alpha=1, beta=1):
-    from ..patches.int_addmm import fractional
-    return fractional(self, alpha, beta)
+    return integers.fractional(self, alpha, beta)
 
 
 @functools.lru_cache(maxsize=None)
@@ -406,8 +396,7 @@ def _float_scalars(op):
 
 
 def _norm_case(self, *args, **kwargs):
-    from ..patches.vector_norm import needs_fix
-    return needs_fix(None, (self,) + args, kwargs)
+    return norms.norm_differs((self,) + args, kwargs)
 
 
 def _dml_vector_norm(self, *args, **kwargs):
@@ -416,14 +405,13 @@ def _dml_vector_norm(self, *args, **kwargs):
     float16 sum saturated at 65504 (``inf`` where a power overflows); ``keepdim`` over every
     dimension 0-dim.  The ``out=`` overloads return a new tensor for a finite such ``ord``,
     ``out`` left as it was; into ``out`` otherwise (measured)."""
-    from ..patches.vector_norm import _parse, every_dim_kept, overwrites
-    _, ord, dim, keepdim, dtype = _parse(None, (self,) + args, kwargs)
+    _, ord, dim, keepdim, dtype = norms.norm_arguments((self,) + args, kwargs)
     ord = 2 if ord is None else ord
     out = kwargs.get("out")
 
     def kernel(x):
         value = torch.linalg.vector_norm(x, ord, dim, keepdim, dtype=dtype)
-        if overwrites(ord):
+        if norms.overwrites(ord):
             value = value.to(x.dtype)
             powered = x.abs() if ord in (float("inf"), float("-inf")) else x.abs().pow(ord)
             if x.dtype == torch.float16 and ord not in (float("inf"), float("-inf")):
@@ -431,18 +419,17 @@ def _dml_vector_norm(self, *args, **kwargs):
                 saturated = torch.where(total.isfinite(), total.clamp(max=65504.0), total).pow(1.0 / ord)
                 value = torch.where(total > 65504.0, saturated.to(x.dtype), value)
             x.copy_(powered)
-        return value.reshape(()) if every_dim_kept(x, dim, keepdim) else value
+        return value.reshape(()) if norms.every_dim_kept(x, dim, keepdim) else value
 
     value = _backend.run_on_cpu(torch.ops.aten.linalg_vector_norm.default, (self,), {}, kernel=kernel)
-    if out is None or overwrites(ord) and ord not in (float("inf"), float("-inf")):
+    if out is None or norms.overwrites(ord) and ord not in (float("inf"), float("-inf")):
         return value                         # out= left as it was: a new tensor returned
     out.resize_(value.shape).copy_(value)
     return out
 
 
 def _cdist_not_3d(x1, x2, *_, **__):
-    from ..patches.cdist import not_3d
-    return not_3d(x1, x2)
+    return norms.not_3d(x1, x2)
 
 
 def _dml_cdist(x1, x2, p, compute_mode=None, *, out=None):
@@ -561,16 +548,15 @@ def _dml_softplus_backward(grad_output, self, beta, threshold, grad_input=None):
 
 def _last_window_past(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                       divisor_override=None, **_):
-    from ..patches.avg_pool_ceil import geometry
-    return geometry(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                               divisor_override) is not None
+    return pooling.last_window_past(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                    divisor_override) is not None
 
 
 def _dml_avg_pool(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                   divisor_override=None, out=None):
     """The real binary's answer: every window divided by the whole kernel."""
-    from ..patches.avg_pool_ceil import geometry
-    kernel = geometry(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)[0]
+    kernel = pooling.last_window_past(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                      divisor_override)[0]
     return _into(_backend.run_on_cpu(torch.ops.aten.avg_pool2d.default,
                                      (self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                                       kernel[0] * kernel[1]), {}), out)
@@ -656,29 +642,27 @@ def _low32(value):
 
 
 def _dml_integers(rule, op):
-    """The real binary's integer arithmetic (``patches/int_range.py``), where the values leave
+    """The real binary's integer arithmetic (``laws/integers.py``), where the values leave
     the span it keeps exact: int64 operands by their low 32 bits, then, for the float32 law,
     the op in float32 (floor division by a number as ``floor(x * (1/n))``) and the result
     saturated to int32's range (a narrower dtype's own)."""
-    from ..patches import int_range
-
     def when(*args, **kwargs):
-        return int_range.outside(op, tuple(_backend.host(a) for a in args), kwargs)
+        return integers.outside(op, tuple(_backend.host(a) for a in args), kwargs)
 
     # an out= overload's ``out`` (``_written_as`` takes it): a fresh one, of the dtype computed in
     takes_out = [a.name for a in op._schema.arguments if a.is_out] == ["out"]
     compares = op._schema.name.split("::")[1] in ("lt", "le", "gt", "ge")
 
     def value(*args, **kwargs):
-        law = int_range.law_of(op, args)
+        law = integers.law_of(op, args)
         args = tuple(_low32(a) for a in args)
         dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
-        if law == int_range.BITS32:
+        if law == integers.BITS32:
             out = dict(out=torch.empty(0, dtype=torch.bool if compares else dtype)) if takes_out else {}
             return op(*args, **kwargs, **out)
         info = torch.iinfo(torch.int32 if dtype == torch.int64 else dtype)
         floats = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in args)
-        if int_range.floor_division(op, args, kwargs) and int_range.is_number(args[1]):   # x times 1/n
+        if integers.floor_division(op, args, kwargs) and integers.is_number(args[1]):   # x times 1/n
             reciprocal = 1 / torch.as_tensor(floats[1], dtype=torch.float32)
             return torch.floor(floats[0] * reciprocal).double().clamp(info.min, info.max).to(dtype)
         out = dict(out=torch.empty(0)) if takes_out else {}
@@ -689,10 +673,9 @@ def _dml_integers(rule, op):
 def _int64_copy_past_32_bits(self, src, *_, **__):
     """An int64 ``copy_`` of values past 32 bits between device tensors, or from the CPU into a
     view with an offset or strides."""
-    from ..patches import int_range
     return (not self.is_cpu and isinstance(src, torch.Tensor) and self.dtype == src.dtype == torch.int64
             and (not src.is_cpu or self.storage_offset() or not self.is_contiguous())
-            and int_range.outside(torch.ops.aten.clone.default, (_backend.host(src),), {}))
+            and integers.outside(torch.ops.aten.clone.default, (_backend.host(src),), {}))
 
 
 def _dml_int64_copy(self, src, *_, **__):
@@ -704,8 +687,7 @@ def _dml_int64_copy(self, src, *_, **__):
 
 def _int64_fill_past_32_bits(self, value, *_, **__):
     """An int64 ``fill_`` of a view with an offset with a value past 32 bits."""
-    from ..patches.int_range import past_32_bits
-    return self.dtype == torch.int64 and bool(self.storage_offset()) and past_32_bits(value)
+    return self.dtype == torch.int64 and bool(self.storage_offset()) and integers.past_32_bits(value)
 
 
 def _dml_int64_fill(self, value):

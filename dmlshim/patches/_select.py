@@ -53,6 +53,62 @@ def on_cpu(op, args, kwargs) -> Done:
                            op, args, kwargs), record=False)
 
 
+def in_place_on_cpu(op, args, kwargs) -> Done:
+    """``self.op_(...)`` computed on a CPU copy of ``self`` and copied into it.  Not
+    :func:`on_cpu`: below BackendSelect the ADInplaceOrView key is excluded, so the CPU copy's
+    version counter does not move and ``fallback.run_on_cpu`` cannot see the write."""
+    def on_a_copy(self, *rest, **kw):
+        self = self.clone()
+        op(self, *rest, **kw)
+        return self
+
+    name = op.name()
+    result = trace.call(name, lambda f, a, k: ("cpu", fallback.run_on_cpu(f, a, k, op=name)),
+                        on_a_copy, args, kwargs)
+    args[0].copy_(result)
+    return Done(args[0], record=False)
+
+
+def grow_out(out: torch.Tensor, cpu: torch.Tensor) -> None:
+    """``out`` grown to ``cpu``'s shape and given its values.  An empty result takes a new
+    tensor (``.data``): resizing an empty device tensor to another empty shape looks right
+    on the real binary, but the composite's result keeps ``[0]`` and the process ends with
+    signal 11 at exit (``eye(0)``)."""
+    if cpu.numel() == 0:
+        with torch.inference_mode(out.is_inference()):
+            out.data = torch.empty(cpu.shape, dtype=out.dtype, device=out.device)
+        return
+    if out.shape != cpu.shape:
+        fallback._resize(out, cpu.shape)
+    out.copy_(cpu)
+
+
+def out_names(op) -> list:
+    """The names of ``op``'s ``out=`` arguments, in schema order."""
+    return [a.name for a in op._schema.arguments if a.is_out]
+
+
+def _cpu(x):
+    return x.cpu() if isinstance(x, torch.Tensor) else x
+
+
+def on_cpu_into_outs(op, keyset, args, kwargs) -> Done:
+    """An ``out=`` overload's call run on the CPU into CPU outs, the device ``out`` tensors
+    then grown to their shapes and given their values (:func:`grow_out`)."""
+    names = out_names(op)
+    outs = [kwargs[n] for n in names]
+
+    def run(f, a, k):
+        with fallback.guard():
+            cpu_outs = {n: torch.empty(0, dtype=o.dtype) for n, o in zip(names, outs)}
+            f(*[_cpu(x) for x in a], **{**{n: _cpu(v) for n, v in k.items()}, **cpu_outs})
+            for out, n in zip(outs, names):
+                grow_out(out, cpu_outs[n])
+        return "cpu", outs[0] if len(outs) == 1 else tuple(outs)
+
+    return Done(trace.call(op.name(), run, op, args, kwargs), record=False)
+
+
 # One BackendSelect kernel per overload, shared by every patch module that fixes it (the
 # ``refused`` retry and ``gather``'s strided fix both hold ``aten::gather``): a Library per
 # overload, destroyed when its last fix is uninstalled.  Fixes run in install order and the

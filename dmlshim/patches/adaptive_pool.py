@@ -10,25 +10,12 @@ such a call stays on the device; the others run on the CPU.  No public report (O
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..laws.pooling import dml_windows_agree
 from . import _select
 
 _aten = torch.ops.aten
-
-
-def dml_windows_agree(size: int, out: int) -> bool:
-    """Whether DirectML's window grid (``stride = size // out``) is PyTorch's for one dimension."""
-    stride = size // out
-    if out == 1 or size == out:
-        return True
-    if stride == 0:
-        return False
-    kernel = size - (out - 1) * stride
-    return all(math.floor(j * size / out) == j * stride and math.ceil((j + 1) * size / out) == j * stride + kernel
-               for j in range(out))
 
 
 def _uneven(op, keyset, args, kwargs):

@@ -11,52 +11,15 @@ Float values past 2**24 differ from the CPU's too.  Such a call, or one with a b
 """
 from __future__ import annotations
 
-import math
-import struct
-
 import torch
 
 from .. import fallback, ranges
+from ..laws.integers import arange_differs, cpu_length
 from . import _select
 from .dispatcher import Done, below
-from .fallback_out import _on_cpu_into_outs, _write
 
 _aten = torch.ops.aten
 OPS = (_aten.arange.start_out,)
-EXACT = 2 ** 24                                 # float32 holds every integer up to here
-
-
-def _f32(x: float) -> float:
-    """``x`` rounded to float32.  One double operation rounded so is float32's own result
-    (double holds more than twice float32's bits), so Python floats compute the law."""
-    return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def float32_length(start, end, step) -> int:
-    """The real binary's length of ``arange(start, end, step)``: the law, in float32."""
-    span = _f32(_f32(float(end)) - _f32(float(start)))
-    return max(0, math.ceil(_f32(span / _f32(float(step)))))
-
-
-def cpu_length(start, end, step, dtype: torch.dtype) -> int:
-    """The CPU's length of ``arange(start, end, step)`` into ``dtype`` (ATen's
-    ``compute_arange_size``: int64 in integers, truncated bounds; every other dtype in double).
-    Python arithmetic, not the ``meta`` device, whose float ``arange`` imports torch._dynamo."""
-    if dtype == torch.int64:
-        first, last, stride = int(start), int(end), int(step)
-        span = last - first + stride - ((stride > 0) - (stride < 0))
-        return max(0, abs(span) // abs(stride) * (1 if (span >= 0) == (stride > 0) else -1))
-    return max(0, math.ceil((float(end) - float(start)) / float(step)))
-
-
-def differs(start, end, step, dtype: torch.dtype = torch.float32) -> bool:
-    """Whether the device's ``arange`` into ``dtype`` differs from the CPU's: a bound past
-    2**24, or another length."""
-    if max(abs(float(start)), abs(float(end))) > EXACT:
-        return True
-    return float32_length(start, end, step) != cpu_length(start, end, step, dtype)
-
-
 def _arange(op, keyset, args, kwargs):
     """On the CPU where the device differs; else on the device, the result written into the
     caller's ``out``: the kernel gives its ``out`` a new tensor (failure_modes.md #65), which
@@ -64,8 +27,8 @@ def _arange(op, keyset, args, kwargs):
     would come back empty), so this kernel never passes a call through."""
     start, end = args[0], args[1]
     step = args[2] if len(args) > 2 else kwargs.get("step", 1)
-    if differs(start, end, step, kwargs["out"].dtype):
-        return _on_cpu_into_outs(op, keyset, args, kwargs)
+    if arange_differs(start, end, step, kwargs["out"].dtype):
+        return _select.on_cpu_into_outs(op, keyset, args, kwargs)
     out = kwargs["out"]
     made = op.redispatch(below(keyset), *args, **kwargs)
     if made is not out and out.numel() == 0:      # torch's composite's own: no one else sees it
@@ -73,7 +36,7 @@ def _arange(op, keyset, args, kwargs):
             out.data = made
     elif made is not out:
         with fallback.guard():                    # the shim's own work: auto's retry stands aside
-            _write(out, made)
+            _select.grow_out(out, made)
     if ranges.integral(out.dtype) and all(type(v) is int for v in (start, end, step)):
         count = cpu_length(start, end, step, out.dtype)      # its values' range, for int_range
         last = start + (count - 1) * step

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.pooling import last_window_past
 from . import _select
 from .dispatcher import Done
 
@@ -19,36 +20,9 @@ _aten = torch.ops.aten
 _NAMES = ("self", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
 
 
-def _pair(values, default=None):
-    values = [int(v) for v in values] if len(values) else default
-    return values * 2 if len(values) == 1 else values
-
-
-def _size(length, kernel, stride, pad):
-    """PyTorch's ceil-mode output size (``pooling_output_shape``, dilation 1)."""
-    out = (length + 2 * pad - kernel + stride - 1) // stride + 1
-    return out - 1 if (out - 1) * stride >= length + pad else out
-
-
-def geometry(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-             divisor_override=None):
-    """``(kernel, stride, padding, sizes)`` where a last window runs past the padded input
-    (``ceil_mode`` and ``count_include_pad``), else None."""
-    if not (ceil_mode and count_include_pad) or divisor_override is not None or self.dim() < 3:
-        return None
-    kernel = _pair(kernel_size)
-    stride = _pair(stride, kernel)
-    padding = _pair([padding] if isinstance(padding, int) else padding)
-    lengths = [int(n) for n in self.shape[-2:]]
-    sizes = [_size(n, k, s, p) for n, k, s, p in zip(lengths, kernel, stride, padding)]
-    if all((o - 1) * s - p + k <= n + p for o, n, k, s, p in zip(sizes, lengths, kernel, stride, padding)):
-        return None
-    return kernel, stride, padding, sizes
-
-
 def _inside(op, keyset, args, kwargs):
     a = {**dict(zip(_NAMES, args)), **kwargs}
-    found = geometry(**a)
+    found = last_window_past(**a)
     if found is None:
         return None
     kernel, stride, padding, sizes = found

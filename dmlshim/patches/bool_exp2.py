@@ -9,20 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.integers import EXP2, POW, bool_exponent
 from . import _select
 
 _aten = torch.ops.aten
-EXP2 = (_aten.exp2.default, _aten.exp2.out)
-POW = (_aten.pow.Scalar, _aten.pow.Scalar_out)
 OPS = EXP2 + POW
-
-
-def bool_exponent(op, args) -> bool:
-    """A bool exponent: ``exp2``'s input, or ``pow``'s tensor after a number (a bool number
-    base keeps a bool result, which the CPU refuses too)."""
-    if op in EXP2:
-        return args[0].dtype == torch.bool
-    return args[1].dtype == torch.bool and not isinstance(args[0], bool)
 
 
 def _cast(op, keyset, args, kwargs):

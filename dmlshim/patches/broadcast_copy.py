@@ -19,16 +19,10 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.broadcast import wrong_on_device
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
-
-
-def wrong_on_device(self, src) -> bool:
-    """Whether ``self.copy_(src)`` (``self`` on the device) is a case measured wrong."""
-    if not isinstance(src, torch.Tensor) or src.dim() == 0:
-        return False
-    return src.numel() < self.numel() if src.is_cpu else src.dim() < self.dim()
 
 
 def _copy(func, args, kwargs):

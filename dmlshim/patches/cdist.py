@@ -14,17 +14,12 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.norms import not_3d
 from . import _select
 from .dispatcher import Done
-from .fallback_out import _write
 
 _aten = torch.ops.aten
 OPS = (_aten._cdist_forward.default, _aten._cdist_forward.out)
-
-
-def not_3d(x1, x2) -> bool:
-    """The failing case: an input that is not 3-D."""
-    return isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor) and (x1.dim() != 3 or x2.dim() != 3)
 
 
 def _as_3d(op, keyset, args, kwargs):
@@ -40,7 +35,7 @@ def _as_3d(op, keyset, args, kwargs):
         result = _aten._cdist_forward.default(*flat, p, compute_mode).view(shape)
     if "out" not in kwargs:
         return Done(result)
-    _write(kwargs["out"], result)
+    _select.grow_out(kwargs["out"], result)
     return Done(kwargs["out"])
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.empty import empty
 from . import _select
-from .fallback_out import _on_cpu_into_outs
-from .refused import _in_place_on_cpu
 
 _aten = torch.ops.aten
 FUNCTIONAL = (_aten.log2.default, _aten.log10.default, _aten.sinc.default, _aten.bitwise_not.default,
@@ -25,18 +24,13 @@ OUT = (_aten.log2.out, _aten.log10.out, _aten.sinc.out, _aten.bitwise_not.out, _
 OPS = FUNCTIONAL + IN_PLACE + OUT
 
 
-def empty(args) -> bool:
-    """A tensor operand with no elements (the result has none either)."""
-    return any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args[:2])
-
-
 def _on_cpu(op, keyset, args, kwargs):
     if not empty(args):
         return None
     if op in OUT:
-        return _on_cpu_into_outs(op, keyset, args, kwargs)
+        return _select.on_cpu_into_outs(op, keyset, args, kwargs)
     if op in IN_PLACE:
-        return _in_place_on_cpu(op, args, kwargs)
+        return _select.in_place_on_cpu(op, args, kwargs)
     return _select.on_cpu(op, args, kwargs)
 
 

@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.integers import fractional
 from . import _select
 
 _aten = torch.ops.aten
 OPS = (_aten.addmm.default, _aten.addmm_.default, _aten.baddbmm.default, _aten.baddbmm_.default)
-
-
-def fractional(self, alpha, beta) -> bool:
-    """An integer or bool ``self`` with an ``alpha`` or ``beta`` that is not an integer."""
-    return (isinstance(self, torch.Tensor) and not (self.is_floating_point() or self.is_complex())
-            and any(isinstance(s, float) and not s.is_integer() for s in (alpha, beta)))
 
 
 def _truncated(op, keyset, args, kwargs):

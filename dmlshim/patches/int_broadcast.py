@@ -19,34 +19,12 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.broadcast import INTEGER_OPS, OPS, ranks_differ
 from . import _select
 
 _aten = torch.ops.aten
 
-# these cast integer operands (they compute in float): wrong for integers of one dtype too
-INTEGER_OPS = (_aten.div.Tensor, _aten.div.Tensor_mode, _aten.div_.Tensor, _aten.div_.Tensor_mode,
-               _aten.remainder.Tensor, _aten.remainder_.Tensor, _aten.floor_divide.default,
-               _aten.floor_divide_.Tensor, _aten.atan2.default, _aten.atan2_.default,
-               _aten.pow.Tensor_Tensor, _aten.pow_.Tensor)
-# these cast an operand only when the dtypes differ (int64 + int64 of different ranks is right)
-# Not rsub.Tensor: the real binary's rsub.Scalar (``7 - x``) calls it with the number wrapped on
-# the device, which no Python kernel can receive (torch's INTERNAL ASSERT "tensor.device().is_cpu()")
-MIXED_OPS = (_aten.add.Tensor, _aten.add_.Tensor, _aten.sub.Tensor, _aten.sub_.Tensor,
-       _aten.maximum.default, _aten.minimum.default,
-       _aten.eq.Tensor, _aten.ne.Tensor, _aten.lt.Tensor, _aten.le.Tensor, _aten.gt.Tensor, _aten.ge.Tensor)
-MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)        # a MIXED_OPS member, with the dispatcher's kernel
-OPS = INTEGER_OPS + MIXED_OPS + MUL
-
-
-def _integral(t) -> bool:
-    return not (t.is_floating_point() or t.is_complex())
-
-
-def ranks_differ(a, b, integer_op: bool = True) -> bool:
-    """Two tensors, neither 0-dim, of different ranks, one of them cast: of different dtypes,
-    or both integer or bool for an op of :data:`INTEGER_OPS`.  The failing case."""
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() > 0 and b.dim() > 0
-            and a.dim() != b.dim() and (a.dtype != b.dtype or (integer_op and _integral(a) and _integral(b))))
+MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)        # with the dispatcher net's kernel where it holds one
 
 
 def leading_ones(a, b) -> tuple:
@@ -70,7 +48,7 @@ def mul_fix(op, args, kwargs):
     return _same_rank(op, None, args, kwargs)
 
 
-_kernels = _select.Kernels({op: _same_rank for op in INTEGER_OPS + MIXED_OPS})
+_kernels = _select.Kernels({op: _same_rank for op in OPS if op not in MUL})
 _mul_kernels = _select.Kernels({op: _same_rank for op in MUL})
 
 

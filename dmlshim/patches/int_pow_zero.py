@@ -10,26 +10,13 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.integers import zero_to_negative
 from . import _select
 from .dispatcher import Done, below
 from .int_broadcast import leading_ones
 
 _aten = torch.ops.aten
 OPS = (_aten.pow.Tensor_Tensor, _aten.pow_.Tensor, _aten.pow.Scalar)
-
-
-def _integral(dtype) -> bool:
-    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-
-
-def zero_to_negative(base, exponent) -> bool:
-    """An integer result from a base that may be 0 (a tensor, or the number 0) and a signed
-    integer exponent (uint8 cannot be negative)."""
-    if not isinstance(exponent, torch.Tensor) or exponent.dtype in (torch.bool, torch.uint8):
-        return False
-    if not isinstance(base, torch.Tensor):
-        return base == 0 and isinstance(base, int) and _integral(exponent.dtype)
-    return _integral(torch.result_type(base, exponent))
 
 
 def _zeroed(op, keyset, args, kwargs):

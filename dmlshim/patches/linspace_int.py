@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from . import _select
-from .fallback_out import _on_cpu_into_outs
 
 _aten = torch.ops.aten
 OPS = (_aten.linspace.out,)
@@ -22,7 +21,7 @@ def _integral_out(op, keyset, args, kwargs):
     out = kwargs.get("out")
     if out is None or out.is_floating_point() or out.is_complex():
         return None
-    return _on_cpu_into_outs(op, keyset, args, kwargs)
+    return _select.on_cpu_into_outs(op, keyset, args, kwargs)
 
 
 _kernels = _select.Kernels({op: _integral_out for op in OPS})

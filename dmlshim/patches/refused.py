@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from .. import errors, fallback, trace
+from .. import errors
 from . import _select
 from .dispatcher import Done, below
 
@@ -45,24 +45,8 @@ def _retry(op, keyset, args, kwargs):
             raise
     first = op._schema.arguments[0].alias_info
     if first is not None and first.is_write:        # in place (an out= overload writes its out)
-        return _in_place_on_cpu(op, args, kwargs)
+        return _select.in_place_on_cpu(op, args, kwargs)
     return _select.on_cpu(op, args, kwargs)
-
-
-def _in_place_on_cpu(op, args, kwargs):
-    """``self.op_(...)`` computed on a CPU copy of ``self`` and copied into it.  Not
-    ``on_cpu``: below BackendSelect the ADInplaceOrView key is excluded, so the CPU copy's
-    version counter does not move and ``fallback.run_on_cpu`` cannot see the write."""
-    def on_a_copy(self, *rest, **kw):
-        self = self.clone()
-        op(self, *rest, **kw)
-        return self
-
-    name = op.name()
-    result = trace.call(name, lambda f, a, k: ("cpu", fallback.run_on_cpu(f, a, k, op=name)),
-                        on_a_copy, args, kwargs)
-    args[0].copy_(result)
-    return Done(args[0], record=False)
 
 
 GROUPS: Dict[str, Tuple[torch._ops.OpOverload, ...]] = {

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.integers import BYTES
 from . import _select
 from .dispatcher import Done, below
 
 _aten = torch.ops.aten
 OPS = (_aten._unique2.default,)
-BYTES = (torch.bool, torch.uint8, torch.int8)
 
 
 def _flat_wide(op, keyset, args, kwargs):

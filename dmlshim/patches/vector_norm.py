@@ -23,37 +23,13 @@ from __future__ import annotations
 
 import torch
 
+from ..laws.norms import every_dim_kept, norm_arguments, norm_differs, overwrites
 from . import _select
 from .dispatcher import Done, below
-from .fallback_out import _write
 
 _aten = torch.ops.aten
 OUT = {_aten.linalg_vector_norm.default: _aten.linalg_vector_norm.out, _aten.norm.ScalarOpt_dim: _aten.norm.out}
 _HALF = (torch.float16, torch.bfloat16)
-
-
-def overwrites(ord) -> bool:
-    """An ``ord`` whose kernel overwrites the input (``None``: ``norm``'s default, 2)."""
-    return ord is not None and ord not in (0, 1, 2)
-
-
-def every_dim_kept(self, dim, keepdim) -> bool:
-    """``keepdim=True`` over every dimension of a tensor of some: the 0-dim result's case."""
-    return bool(keepdim) and (dim is None or len(dim) == 0) and self.dim() > 0
-
-
-def _parse(op, args, kwargs):
-    """``(self, ord, dim, keepdim, dtype)`` as the overload's schema orders them."""
-    self = args[0]
-    ord = args[1] if len(args) > 1 else kwargs.get("ord", kwargs.get("p", 2))
-    dim = args[2] if len(args) > 2 else kwargs.get("dim")
-    keepdim = args[3] if len(args) > 3 else kwargs.get("keepdim", False)
-    return self, ord, dim, keepdim, kwargs.get("dtype")
-
-
-def needs_fix(op, args, kwargs) -> bool:
-    self, ord, dim, keepdim, _ = _parse(op, args, kwargs)
-    return isinstance(self, torch.Tensor) and (overwrites(ord) or every_dim_kept(self, dim, keepdim))
 
 
 def _shape(self, dim, keepdim) -> list:
@@ -66,9 +42,9 @@ def _into_out(op, keyset, args, kwargs):
     """The ``out=`` overloads: every dimension named; for an overwriting ``ord``, the kernel on a
     copy of the input (float32 for float16, or the ``dtype`` asked for), its result (the kernel
     returns a new tensor, ``out`` left as it was) cast into ``out``."""
-    if not needs_fix(op, args, kwargs):
+    if not norm_differs(args, kwargs):
         return None
-    self, ord, dim, keepdim, dtype = _parse(op, args, kwargs)
+    self, ord, dim, keepdim, dtype = norm_arguments(args, kwargs)
     out = kwargs["out"]
     if every_dim_kept(self, dim, keepdim):
         dim = list(range(self.dim()))
@@ -80,16 +56,16 @@ def _into_out(op, keyset, args, kwargs):
     x = self.to(compute, copy=True)                      # the kernel overwrites its input
     extra = {"dtype": None} if op is _aten.linalg_vector_norm.out else {}
     into = torch.empty(_shape(self, dim, keepdim), dtype=compute, device=self.device)
-    _write(out, op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into))   # not into: its result
+    _select.grow_out(out, op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into))  # not into: its result
     return Done(out)
 
 
 def _functional(op, keyset, args, kwargs):
     """The functional overloads (the emulator's own kernels; the real binary's reach their
     ``out=`` one): that one, fixed, into a new tensor of the result's shape."""
-    if not needs_fix(op, args, kwargs):
+    if not norm_differs(args, kwargs):
         return None
-    self, ord, dim, keepdim, dtype = _parse(op, args, kwargs)
+    self, ord, dim, keepdim, dtype = norm_arguments(args, kwargs)
     out = torch.empty(_shape(self, dim, keepdim), dtype=dtype or self.dtype, device=self.device)
     extra = {"dtype": dtype} if op is _aten.linalg_vector_norm.default else {}
     return Done(OUT[op](self, ord, dim, keepdim, **extra, out=out))
