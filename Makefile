@@ -19,7 +19,8 @@ STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
 
-.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci test-realdml-models demo-realdml demo-realdml-vad demo-realdml-asr demo-realdml-whisper
+.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci test-realdml-models demo-realdml demo-realdml-vad demo-realdml-asr demo-realdml-whisper \
+    wheel-check
 
 setup: $(STAMP)
 
@@ -136,6 +137,42 @@ demo-realdml-asr: realdml
 demo-realdml-vad: realdml
 	$(REALDML_RUN) $(REALDML_PY) examples/funasr_vad.py --device directml
 
+# dmlshim as a user gets it (issue 40): the sdist and the wheel built (python -m build) and
+# checked (twine; check-wheel-contents: every file under dmlshim/ is in the wheel), the wheel
+# installed, not editable, in a fresh venv on the 2.4.1 lane's packages, then the CLI and part
+# of the suite (WHEEL_TESTS) run against it.
+WHEEL_VENV  := .venv-wheel
+WHEEL_PY    := $(WHEEL_VENV)/bin/python
+WHEEL_TOOLS := build==1.6.1 twine==7.0.0 check-wheel-contents==0.6.3
+# the package data's readers (routing data, both C++ sources, realdml's patches and sums), then
+# tests/installed_wheel.py last: every dmlshim module they loaded came from the wheel
+WHEEL_TESTS := test_activate.py test_gate.py test_emulation.py test_routing_sweep.py test_realdml.py \
+    installed_wheel.py
+
+wheel-check: export PIP_CONSTRAINT := $(CURDIR)/$(LANE_2.4.1)/constraints.txt
+wheel-check:
+	$(MAKE) setup TORCH_VERSION=2.4.1
+	rm -rf dist $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_PY) -m pip install -q $(WHEEL_TOOLS)
+	$(WHEEL_PY) -m build -q --outdir dist .
+	$(WHEEL_PY) -m twine check --strict dist/*
+	$(WHEEL_VENV)/bin/check-wheel-contents --package dmlshim dist/*.whl
+	# --no-deps: torch and the rest are the lane's (below); pip sees no other dmlshim yet
+	$(WHEEL_PY) -m pip install -q --no-deps dist/*.whl
+	# The lane's site-packages after this venv's own, as a plain path: the lane's .pth files do
+	# not run, so its editable dmlshim's finder never loads (tests/installed_wheel.py checks it)
+	$(LANE_2.4.1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	    > "$$($(WHEEL_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dmlshim_lane_2_4_1.pth"
+	# tests/ in a temp folder, as in the repository (conftest.py reads examples/torchvision_ops.py),
+	# away from the source tree; info (through dmlshim run) and doctor on the emulated device
+	tmp=$$(mktemp -d) && mkdir $$tmp/examples && cp examples/torchvision_ops.py $$tmp/examples && \
+	    cp -r tests $$tmp && cd $$tmp && \
+	    $(CURDIR)/$(WHEEL_VENV)/bin/dmlshim run --device emulated dmlshim info && \
+	    $(CURDIR)/$(WHEEL_VENV)/bin/dmlshim doctor --device emulated --seconds 10 --json doctor.json && \
+	    $(CURDIR)/$(WHEEL_PY) -m pytest -q -ra -p no:cacheprovider --timeout 900 $(addprefix tests/,$(WHEEL_TESTS)); \
+	    status=$$?; rm -rf $$tmp; exit $$status
+
 # BENCH_ARGS: e.g. --quick, --only funasr_bench, --markdown (see benchmarks/run.py -h)
 bench: setup
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
@@ -151,4 +188,4 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(if $(filter 2.4.1,$(TORCH_VERSION)),$(REALDML_VENV)) .pytest_cache .hypothesis site
+	rm -rf $(VENV) $(if $(filter 2.4.1,$(TORCH_VERSION)),$(REALDML_VENV) $(WHEEL_VENV) dist) .pytest_cache .hypothesis site
