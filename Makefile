@@ -114,9 +114,11 @@ test-realdml: realdml
 	    $(REALDML_UNTILED) DMLSHIM_TEST_DEVICE=directml $(REALDML_PY) -m pytest -q $$f || status=1; \
 	done; exit $$status
 
-# CI's part of it, in one process with tiled resources on (DirectML's default path).
+# CI's part of it, in one process with tiled resources on (DirectML's default path).  A file
+# of REALDML_CI_TESTS in which no test ran on the real device fails the run (tests/conftest.py).
 test-realdml-ci: realdml
-	$(REALDML_RUN) env DMLSHIM_TEST_DEVICE=directml $(REALDML_PY) -m pytest -q $(REALDML_CI_TESTS)
+	$(REALDML_RUN) env DMLSHIM_TEST_DEVICE=directml DMLSHIM_TEST_REQUIRE_REAL="$(REALDML_CI_TESTS)" \
+	    $(REALDML_PY) -m pytest -q $(REALDML_CI_TESTS)
 
 test-realdml-models: realdml
 	$(REALDML_UNTILED) DMLSHIM_TEST_DEVICE=directml $(REALDML_PY) -m pytest -q $(REALDML_MODEL_TESTS)

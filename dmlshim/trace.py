@@ -74,6 +74,15 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def to_host(x):
+    """``x.cpu()`` for a device tensor, its bytes a device-to-host read of the call being
+    handled (:func:`moved`: ``report().syncs["dmlshim"]``); anything else as is."""
+    if not isinstance(x, torch.Tensor) or x.is_cpu:
+        return x
+    moved(d2h=nbytes(x))
+    return x.cpu()
+
+
 def call(op: str, handler, func, args, kwargs):
     """Run ``handler(func, args, kwargs) -> (action, result)``, count it, trace it."""
     counters = [0, 0]

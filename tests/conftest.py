@@ -265,15 +265,17 @@ def assert_same():
 
 
 @pytest.fixture
-def cpu_round_trips(monkeypatch):
-    """The ``op`` names of the calls the shim sends through ``fallback.run_on_cpu`` from now
-    on, in order (an empty list: everything stayed on the device)."""
-    from dmlshim import fallback
+def host_reads():
+    """``host_reads()``: ``{op: {"reads": n, "bytes": b}}`` of the device-to-host reads dmlshim's
+    own work made since the fixture was set up (or the last ``dmlshim.trace.reset()``), by the
+    op whose handling made them: a call run on the CPU, an integer range read, RNN weights
+    taken to the CPU, ... (``dmlshim.report().syncs["dmlshim"]``).  ``{}``: dmlshim kept
+    everything on the device.  The test's own reads (``.cpu()`` to compare) are the model's,
+    not counted."""
+    import dmlshim
 
-    calls = []
-    real = fallback.run_on_cpu
-    monkeypatch.setattr(fallback, "run_on_cpu", lambda *a, **k: calls.append(k.get("op")) or real(*a, **k))
-    return calls
+    dmlshim.trace.reset()
+    return lambda: dmlshim.report().syncs["dmlshim"]
 
 
 @pytest.fixture
@@ -370,6 +372,9 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _ran_none[:] = _required_files_that_ran_none(session.config.rootpath)
+    if _ran_none and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     private = _run_temp.pop("path", None)
     if private is None:
         return
@@ -400,24 +405,54 @@ def pytest_terminal_summary(terminalreporter):
 
 # --- What ran on which device (issue 25) -------------------------------------------------
 # A run on the real device says how much of the suite the real device ran and how much it
-# skipped as emulator-only, so a green run cannot hide a growing list of markers.
-_outcomes = {"ran": 0, "emulated_only": 0, "skipped": 0}
+# skipped as emulator-only, so a green run cannot hide a growing list of markers; per file
+# too, and DMLSHIM_TEST_REQUIRE_REAL (make test-realdml-ci sets it to REALDML_CI_TESTS)
+# fails a real device run in which one of the files it names ran no test there: a file
+# whose every test came to skip would otherwise stay in the real lane, green, testing nothing.
+from collections import Counter as _Counter  # noqa: E402
+
+_OUTCOMES = ("ran", "emulated_only", "skipped")
+_outcomes = dict.fromkeys(_OUTCOMES, 0)
+_by_file = {}                   # test file (as in the node id) -> Counter of _OUTCOMES
+_ran_none = []                  # DMLSHIM_TEST_REQUIRE_REAL's files that ran no test
 
 
 def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and not report.passed):
         if not report.skipped or hasattr(report, "wasxfail"):     # an xfail ran too
-            _outcomes["ran"] += 1
+            outcome = "ran"
         elif "emulated_only" in report.keywords:
-            _outcomes["emulated_only"] += 1
+            outcome = "emulated_only"
         else:
-            _outcomes["skipped"] += 1
+            outcome = "skipped"
+        _outcomes[outcome] += 1
+        _by_file.setdefault(report.nodeid.split("::")[0], _Counter())[outcome] += 1
+
+
+def _required_files_that_ran_none(rootpath) -> list:
+    """The files DMLSHIM_TEST_REQUIRE_REAL names (whitespace-separated paths) in which no test
+    ran on the real device; [] off a real device."""
+    if _REAL is None:
+        return []
+    ran = {_Path(rootpath, f).resolve() for f, counts in _by_file.items() if counts["ran"]}
+    required = os.environ.get("DMLSHIM_TEST_REQUIRE_REAL", "").split()
+    return [f for f in required if _Path(rootpath, f).resolve() not in ran]
 
 
 def _device_summary(terminalreporter):
     if not any(_outcomes.values()):
         return
     where = "the real DirectML device" if _REAL is not None else "the emulated DirectML device"
+    if _REAL is not None and len(_by_file) > 1:
+        for path, counts in sorted(_by_file.items()):
+            terminalreporter.line(f"{path}: {counts['ran']} ran, {counts['emulated_only']} "
+                                  f"emulated_only, {counts['skipped']} skipped otherwise")
     terminalreporter.line(
         f"{_outcomes['ran']} tests ran on {where}, {_outcomes['emulated_only']} skipped "
         f"(emulated_only), {_outcomes['skipped']} skipped otherwise")
+    if _ran_none:
+        terminalreporter.section("real lane files that ran no test", sep="=", red=True, bold=True)
+        terminalreporter.line("DMLSHIM_TEST_REQUIRE_REAL names these, but none of their tests ran on "
+                              "the real device (all skipped, or not collected):")
+        for path in _ran_none:
+            terminalreporter.line(f"  {path}")

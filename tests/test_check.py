@@ -10,9 +10,12 @@ import pytest
 import dmlshim
 from dmlshim import check, emulation
 
-pytestmark = pytest.mark.emulated_only(
-    reason="python -m dmlshim check reports emulation.records() of a script run on the emulated "
-           "device, with an injected hypot Rule")
+# check.run installs the emulated device in this process, which torch_directml's cannot hold
+_IN_PROCESS = pytest.mark.emulated_only(
+    reason="check.run runs the script on the emulated device in this process (emulation.install), "
+           "which a process with torch_directml loaded cannot install")
+_HYPOT = pytest.mark.emulated_only(
+    reason="check.run reports emulation.records() of a script run with an injected hypot Rule")
 
 # A small model with what DirectML gets wrong: float x bool (silently bool, #17),
 # an empty input to cat (#19/#20), an LSTM (#1), a silent CPU fallback (roll,
@@ -54,6 +57,7 @@ def hypot_fails(dml_device):
         yield
 
 
+@_HYPOT
 def test_check_with_shim_reports_each_fix(script, hypot_fails, capsys):
     result = check.run(str(script), ["--flag", "x"])
     assert result["exit_code"] == 0 and result["error"] is None
@@ -73,6 +77,7 @@ def test_check_with_shim_reports_each_fix(script, hypot_fails, capsys):
         assert needle in text
 
 
+@_HYPOT
 def test_check_without_shim_lists_what_breaks(script, hypot_fails):
     result = check.run(str(script), shim=False)
     assert result["exit_code"] == 1 and result["fallback"] == "off"
@@ -89,6 +94,7 @@ def test_check_without_shim_lists_what_breaks(script, hypot_fails):
     assert "WITHOUT dmlshim" in text and "Intercepted calls that raised" in text
 
 
+@_HYPOT
 def test_check_module_callable(tmp_path, monkeypatch, hypot_fails):
     (tmp_path / "checked_mod.py").write_text(SCRIPT, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -97,6 +103,7 @@ def test_check_module_callable(tmp_path, monkeypatch, hypot_fails):
     assert "torch.hypot" in {r["op"] for r in result["handled"]}
 
 
+@_IN_PROCESS
 def test_check_select_device_gives_the_emulated_device(tmp_path, dml_device):
     path = tmp_path / "select.py"
     path.write_text("import dmlshim, torch\n"
@@ -108,6 +115,7 @@ def test_check_select_device_gives_the_emulated_device(tmp_path, dml_device):
     assert os.environ.get("DMLSHIM_DEVICE") != "directml"      # environment restored
 
 
+@_IN_PROCESS
 def test_torch_directml_is_hidden_during_the_run(tmp_path, dml_device):
     path = tmp_path / "hidden.py"
     path.write_text("try:\n    import torch_directml\nexcept ImportError:\n    pass\n"
@@ -116,6 +124,7 @@ def test_torch_directml_is_hidden_during_the_run(tmp_path, dml_device):
     assert sys.modules.get("torch_directml", "absent") == "absent"
 
 
+@_IN_PROCESS
 def test_check_reports_a_missing_target(tmp_path, dml_device):
     result = check.run(str(tmp_path / "nope.py"))
     assert result["exit_code"] == 1 and result["error"]["type"] == "FileNotFoundError"
@@ -133,6 +142,7 @@ def test_cli_json(script, tmp_path):
     assert "roll" in {r["op"] for r in data["silent_cpu_fallbacks"]}
 
 
+@_IN_PROCESS
 def test_check_points_at_the_user_frame_even_in_a_folder_named_torch(tmp_path, dml_device):
     # Library frames are told apart by torch's and dmlshim's folders, not by a
     # "/torch/" substring (which also misses Windows paths).

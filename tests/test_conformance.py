@@ -21,7 +21,8 @@ pytest.importorskip("expecttest", reason="torch.testing's OpInfo database needs 
 from dmlshim import conformance, emulation  # noqa: E402
 from dmlshim.emulation import FatalDirectMLError  # noqa: E402
 
-pytestmark = pytest.mark.emulated_only(
+# the tests' marker that assert the classes of the emulator's default rules
+_CLASSES = pytest.mark.emulated_only(
     reason="asserts the classes the emulator's default rules give on a fixed op subset; the real "
            "binary's run is python -m dmlshim conformance --device directml")
 
@@ -74,6 +75,7 @@ def test_bad_arguments_raise():
         conformance.run_mode([], "fast")
 
 
+@_CLASSES
 def test_tensors_opinfo_keeps_on_the_cpu_stay_there(collected, results):
     """tensor_split's indices tensor is a CPU tensor on every device (OpInfo makes it so
     for 'meta' too); moved to the device it would fail as on CUDA."""
@@ -84,6 +86,7 @@ def test_tensors_opinfo_keeps_on_the_cpu_stay_there(collected, results):
 
 # ---------------------------------------------------------------- classification
 
+@_CLASSES
 def test_raw_classes(collected, results):
     assert classes(collected, results, "raw", "add") == {"match"}
     assert classes(collected, results, "raw", "cumsum") == {"match"}
@@ -94,6 +97,7 @@ def test_raw_classes(collected, results):
     assert classes(collected, results, "raw", "ldexp", dtype="bool") == {"wrong_dtype"}
 
 
+@_CLASSES
 def test_shim_classes(collected, results):
     for op in ("add", "mul", "cat", "cumsum", "tensor_split", "combinations"):
         assert classes(collected, results, "shim", op) == {"match"}, op
@@ -105,6 +109,7 @@ def test_shim_classes(collected, results):
     assert classes(collected, results, "shim", "ldexp") == {"match"}
 
 
+@_CLASSES
 def test_uninitialized_values_are_skipped_not_matched(collected, results):
     summary = conformance.summarize(collected, results)
     assert classes(collected, results, "raw", "empty_like") == {"nondeterministic"}
@@ -114,6 +119,7 @@ def test_uninitialized_values_are_skipped_not_matched(collected, results):
     assert raw["exact_rate"] == pytest.approx(raw["match"] / raw["compared"])
 
 
+@_CLASSES
 def test_another_algorithm_is_close_within_the_device_profile_only(collected, results, monkeypatch,
                                                                   profile):
     """addr: DirectML decomposes it (COMPOSITE_EXPLICIT), the CPU fuses it: where values
@@ -139,6 +145,7 @@ def test_another_algorithm_is_close_within_the_device_profile_only(collected, re
     assert summary["rate"] == 1.0 and summary["exact_rate"] < 1.0
 
 
+@_CLASSES
 def test_float_times_bool_mul_is_wrong_dtype_raw_and_matches_with_the_shim():
     """DirectML's float * bool returns bool (failure_modes.md #17): a hand-made sample
     of the mul OpInfo."""
@@ -199,6 +206,7 @@ def test_compare(dml_device):
 
 # ---------------------------------------------------------------- JSON and command line
 
+@_CLASSES
 def test_json_and_exit_status(tmp_path, capsys):
     from dmlshim.__main__ import main
 
@@ -233,6 +241,7 @@ def test_json_and_exit_status(tmp_path, capsys):
     assert main(["conformance", "--ops", "(", "--no-progress"]) == 2
 
 
+@_CLASSES
 def test_command_line_entry_point():
     """``python -m dmlshim conformance`` in a fresh process: exit 1 below --min-rate (raw
     fft aborts), 0 at or above it (the shim runs fft as a CPU island)."""

@@ -1,5 +1,7 @@
 """Probe, then fix (issue 18): each defect detected exactly when its emulator rule is on,
-its fix on exactly then, and the result equal to the CPU's either way."""
+its fix on exactly then, and the result equal to the CPU's either way.  The tests that set
+the emulator's rules are ``emulated_only``; the probing machinery's own (the cache, DMLSHIM_PROBE,
+the report) run on the real device too."""
 import json
 import re
 import time
@@ -13,9 +15,8 @@ from dmlshim.catalogue import Defect, Verdict
 from dmlshim.emulation import legacy_new, rules
 from dmlshim.patches import dispatcher, refused
 
-pytestmark = pytest.mark.emulated_only(
-    reason="turns each defect's emulator rule on and off (emulation.configure) to assert its probe "
-           "and fix both ways")
+# the reason of the tests that set the emulator's rules
+_RULES = "turns the defect's emulator rule on or off (emulation.configure) to assert probe and fix both ways"
 
 BY_NAME = {d.name: d for d in catalogue.DEFECTS}
 # defect -> the default emulator rules that produce it
@@ -91,12 +92,15 @@ def _own_fixes(detection, name):
 
 @pytest.fixture
 def shim_off():
+    """No shim; afterwards none, and the emulator's default rules (a test may set others)."""
     dmlshim.deactivate()
     yield
     dmlshim.deactivate()
-    emulation.configure()
+    if emulation.is_installed():
+        emulation.configure()
 
 
+@pytest.mark.emulated_only(reason=_RULES)
 @pytest.mark.parametrize("name", sorted(RULES))
 def test_rule_on_is_detected_and_fixed(dml_device, shim_off, name, assert_parity, assert_differs):
     emulation.configure(rules=[r for r in rules.default_rules() + rules.unconfirmed_rules() if RULES[name](r)])
@@ -110,6 +114,7 @@ def test_rule_on_is_detected_and_fixed(dml_device, shim_off, name, assert_parity
     assert_parity(*_call(name, dml_device))
 
 
+@pytest.mark.emulated_only(reason=_RULES)
 @pytest.mark.parametrize("name", sorted(RULES))
 def test_rule_off_is_not_detected_and_not_fixed(dml_device, shim_off, name, assert_parity):
     emulation.configure(rules=[r for r in rules.default_rules() if not RULES[name](r)])
@@ -121,6 +126,7 @@ def test_rule_off_is_not_detected_and_not_fixed(dml_device, shim_off, name, asse
     assert_parity(*_call(name, dml_device), profile=_unfixed_profile(name))   # correct without the fix
 
 
+@pytest.mark.emulated_only(reason="legacy_new.refused(): the emulator's Tensor.new refusal of other builds")
 def test_tensor_new_both_ways(dml_device, shim_off, assert_same):
     dmlshim.activate(fallback="known")
     assert probing.last().status["tensor_new"] == probing.NOT_DETECTED
@@ -141,6 +147,7 @@ def test_tensor_new_both_ways(dml_device, shim_off, assert_same):
         dmlshim.deactivate()
 
 
+@pytest.mark.emulated_only(reason="emulation.configure(rules=[]): a device with no defect")
 def test_no_rules_no_optional_fix(dml_device, shim_off, assert_parity):
     emulation.configure(rules=[])
     dmlshim.activate(fallback="auto")
@@ -158,6 +165,7 @@ def test_no_rules_no_optional_fix(dml_device, shim_off, assert_parity):
         assert_parity(*_call(name, dml_device), f"{name}: ", profile=_unfixed_profile(name))
 
 
+@pytest.mark.emulated_only(reason="injects a user's emulation.Rule (cat of an empty input)")
 def test_a_users_own_rule_is_detected_and_fixed(dml_device, shim_off, assert_same):
     # behaves like row #19/#20, but is not the project's rule object
     mine = emulation.Rule(lambda op: op.name() == "aten::cat", when=lambda ts, *a, **k: any(t.numel() == 0 for t in ts),
@@ -184,12 +192,24 @@ def test_no_device_installs_no_optional_kernel(shim_off):
     assert not set(patches.installed()) & {f for d in probing.all_defects() for f in d.fixes}
 
 
-def test_probe_off_enables_every_fix(dml_device, shim_off, monkeypatch):
+@pytest.mark.emulated_only(reason="emulation.configure(rules=[]): a device with no defect")
+def test_probe_off_enables_every_fix_on_a_device_with_no_defect(dml_device, shim_off, monkeypatch):
     monkeypatch.setenv("DMLSHIM_PROBE", "off")
     emulation.configure(rules=[])
     dmlshim.activate(fallback="known")
     assert probing.last().fixes is None
     assert all(_fix_on(f) for d in probing.all_defects() for f in d.fixes)
+
+
+def test_probe_off_enables_the_fixes_of_defects_not_detected(dml_device, shim_off, monkeypatch):
+    dmlshim.activate(fallback="known")
+    off = [d for d in defects.CORE if probing.last().status[d.name] == probing.NOT_DETECTED]
+    assert off                  # cpu_index on either device: its rule is off by default
+    dmlshim.deactivate()
+    monkeypatch.setenv("DMLSHIM_PROBE", "off")
+    dmlshim.activate(fallback="known")
+    assert probing.last().fixes is None
+    assert all(_fix_on(f) for d in defects.CORE for f in d.fixes if f != "auto")
 
 
 def test_bad_probe_value(monkeypatch, shim_off):
@@ -198,13 +218,18 @@ def test_bad_probe_value(monkeypatch, shim_off):
         dmlshim.activate()
 
 
-def test_probes_leave_records_rng_and_warnings_alone(dml_device, shim_off, recwarn, assert_same):
-    emulation.reset_records()
+def test_probes_leave_rng_and_warnings_alone(dml_device, shim_off, recwarn, assert_same):
     state = torch.get_rng_state()
     dmlshim.activate(fallback="known")
-    assert emulation.records() == {}
     assert_same(torch.get_rng_state(), state)
     assert not [w for w in recwarn if "fall back" in str(w.message)]
+
+
+@pytest.mark.emulated_only(reason="emulation.records(): the emulator's per-op counts")
+def test_probes_leave_the_records_alone(dml_device, shim_off):
+    emulation.reset_records()
+    dmlshim.activate(fallback="known")
+    assert emulation.records() == {}
 
 
 def test_a_raising_or_hanging_probe_is_broken():
@@ -219,7 +244,8 @@ def test_a_raising_or_hanging_probe_is_broken():
 
 @pytest.fixture
 def fake_gpu(dml_device, monkeypatch, tmp_path):
-    """The emulated device seen as a real adapter, so its verdicts are cached on disk."""
+    """The test device seen as an adapter named "Fake GPU" (the emulated one as a real
+    one), its verdicts cached in tmp_path."""
     monkeypatch.setattr(probing, "target_device", lambda target: (dml_device, "Fake GPU", False))
     monkeypatch.setattr(probing, "cache_dir", lambda: str(tmp_path))
     probing._memo.clear()
@@ -252,6 +278,7 @@ def test_a_corrupt_cache_is_ignored_with_a_warning(fake_gpu, content):
     assert again.cache == "cold" and again.status["empty_cat"] == probing.DETECTED
 
 
+@pytest.mark.emulated_only(reason="the emulated device (emulation.install) is the one never cached")
 def test_the_emulated_device_is_never_cached(dml_device, monkeypatch, tmp_path):
     monkeypatch.setattr(probing, "cache_dir", lambda: str(tmp_path))
     assert probing.detect("privateuseone", "auto").cache == "none"

@@ -7,9 +7,6 @@ import torch
 from dmlshim import doctor, emulation, probing
 from dmlshim.__main__ import main
 
-pytestmark = pytest.mark.emulated_only(
-    reason="python -m dmlshim doctor --device emulated: every default emulator rule detected, none "
-           "with emulation.configure(rules=[])")
 OPTIONAL = {d.name for d in probing.all_defects() if not d.static}
 # no default rule: torch 2.4.1 accepts Tensor.new (#11); the real 0.2.5 binary takes CPU
 # indices (#10) and normalizes strided inputs right (#45), so their rules are off by
@@ -26,6 +23,7 @@ def default_rules():
     emulation.configure()
 
 
+@pytest.mark.emulated_only(reason="doctor --device emulated: every default emulator rule detected")
 def test_doctor_json_reports_every_default_rule_as_detected(dml_device, default_rules, tmp_path, capsys):
     path = tmp_path / "r.json"
     assert main(["doctor", "--device", "emulated", "--json", str(path), "--seconds", "30",
@@ -47,6 +45,7 @@ def test_doctor_json_reports_every_default_rule_as_detected(dml_device, default_
     assert {f["class"] for f in conf["failures"]} == set(conf["classes"]) - {"match"}
 
 
+@pytest.mark.emulated_only(reason="emulation.configure(rules=[]): no defect detected")
 def test_doctor_with_no_rules_reports_none(dml_device, default_rules):
     emulation.configure(rules=[])
     report = doctor.examine("emulated", seconds=0)

@@ -77,8 +77,7 @@ def test_pixel_shuffle_of_integers_with_the_shim(dml_device, shim_off, assert_pa
     assert_parity(torch.nn.functional.pixel_shuffle(x.to(dml_device), 2), torch.nn.functional.pixel_shuffle(x, 2))
 
 
-def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, cpu_round_trips, range_reads,
-                                                   assert_parity):
+def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, host_reads, assert_parity):
     dmlshim.activate(fallback="known")
     dmlshim.trace.reset()
 
@@ -88,14 +87,17 @@ def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, cpu_rou
                 x.view(10, 10) @ x.view(10, 10), torch.maximum(x, x.flip(0)), x.clamp(-5, 5), x > 3)
 
     device_results = work(dml_device)
-    assert cpu_round_trips == []
-    # x's range is known from its copy and every result's from x's: only x.flip(0)'s is read
-    # (flip runs no dmlshim kernel to carry it)
-    assert range_reads() == {"aten::sub.Tensor": 1, "aten::maximum": 1}
+    # x's range is known from its copy and every result's from x's; the only host reads are
+    # x.flip(0)'s range (its 100 int64, 800 B), once for sub and once for maximum: flip runs no
+    # dmlshim kernel to carry its operand's range.  No call went to the CPU.
+    flip_read = {"reads": 1, "bytes": 100 * 8}
+    assert host_reads() == {"aten::sub.Tensor": flip_read, "aten::maximum": flip_read}
     assert_parity(device_results, work(torch.device("cpu")))
-    (torch.tensor([2 ** 40]).to(dml_device) + 1).cpu()
+    dmlshim.trace.reset()
+    (torch.tensor([2 ** 40]).to(dml_device) + 1).cpu()       # past the span: on the CPU
     (torch.arange(3).to(dml_device) // 2).cpu()              # integer floor division: always
-    assert cpu_round_trips == ["aten::add.Tensor", "aten::floor_divide"]
+    assert host_reads() == {"aten::add.Tensor": {"reads": 1, "bytes": 8},
+                            "aten::floor_divide": {"reads": 1, "bytes": 3 * 8}}
 
 
 def test_known_ranges_make_no_host_read(dml_device, shim_off, range_reads, assert_parity):
@@ -149,13 +151,14 @@ def test_ranges_carry_through_cat_indexing_and_writes(dml_device, shim_off, rang
     assert_parity(got, decode(torch.device("cpu")))
 
 
-def test_a_known_range_past_the_span_goes_to_the_cpu(dml_device, shim_off, cpu_round_trips, range_reads,
+def test_a_known_range_past_the_span_goes_to_the_cpu(dml_device, shim_off, host_reads, range_reads,
                                                     assert_parity):
     dmlshim.activate(fallback="known")
     big = torch.tensor([2 ** 24 + 1, 5]).to(dml_device)
     dmlshim.trace.reset()
     assert_parity(big + 1, torch.tensor([2 ** 24 + 2, 6]))
-    assert cpu_round_trips == ["aten::add.Tensor"] and range_reads() == {}
+    # no range read (known at the copy): the one read is add's operand, taken to the CPU
+    assert host_reads() == {"aten::add.Tensor": {"reads": 1, "bytes": 2 * 8}} and range_reads() == {}
 
 
 def test_a_number_minus_a_tensor_with_the_shim(dml_device, shim_off, assert_parity):

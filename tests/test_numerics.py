@@ -10,9 +10,9 @@ import torch
 
 from dmlshim import emulation, parity
 
-pytestmark = pytest.mark.emulated_only(
-    reason="the emulator's GPU-like numerics (emulation.configured(numerics='gpu')) against their "
-           "documented bounds")
+# the tests' marker: each sets the emulator's numerics
+_NUMERICS = pytest.mark.emulated_only(reason="emulation.configured(numerics=...): the emulator's "
+                                             "GPU-like numerics against their documented bounds")
 EPS32 = torch.finfo(torch.float32).eps
 
 
@@ -27,6 +27,7 @@ def _dot_bound(k, magnitude):
     return 2 * k * EPS32 * magnitude
 
 
+@_NUMERICS
 def test_float32_matmul_differs_but_stays_in_the_device_profile(gpu):
     torch.manual_seed(0)
     a, b = torch.randn(64, 300), torch.randn(300, 50)
@@ -39,6 +40,7 @@ def test_float32_matmul_differs_but_stays_in_the_device_profile(gpu):
     assert emulation.records()["mm"]["native"] == 2         # same route as the default
 
 
+@_NUMERICS
 @pytest.mark.parametrize("shape", [(3, 5, 7, 4), (2, 16, 9, 33)])
 def test_bmm_addmm_baddbmm_within_the_dot_bound(gpu, shape):
     n, m, k, p = shape
@@ -56,6 +58,7 @@ def test_bmm_addmm_baddbmm_within_the_dot_bound(gpu, shape):
         assert ((got - ref).abs() <= _dot_bound(k + 1, magnitude)).all()
 
 
+@_NUMERICS
 @pytest.mark.parametrize("transposed", [False, True])
 def test_convolution_within_the_dot_bound(gpu, transposed):
     torch.manual_seed(2)
@@ -70,6 +73,7 @@ def test_convolution_within_the_dot_bound(gpu, transposed):
     assert parity.compare(got, ref, "device").ok
 
 
+@_NUMERICS
 def test_reductions_softmax_and_norms_within_a_few_ulp(gpu):
     torch.manual_seed(3)
     x = torch.randn(4, 8, 16, 16)
@@ -93,12 +97,14 @@ def test_reductions_softmax_and_norms_within_a_few_ulp(gpu):
         assert parity.compare(got, ref, "device").ok, name
 
 
+@_NUMERICS
 def test_integer_and_non_floating_results_stay_exact(gpu):
     a, b = torch.randint(-5, 5, (6, 7)), torch.randint(-5, 5, (7, 3))
     assert torch.equal((a.to(gpu) @ b.to(gpu)).cpu(), a @ b)
     assert torch.equal(a.to(gpu).sum(0).cpu(), a.sum(0))
 
 
+@_NUMERICS
 def test_autograd_through_gpu_numerics(gpu):
     torch.manual_seed(4)
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.LayerNorm(16),
@@ -113,6 +119,7 @@ def test_autograd_through_gpu_numerics(gpu):
         assert parity.compare(got, ref, "device").ok
 
 
+@_NUMERICS
 def test_default_numerics_is_the_cpu_and_bad_values_are_named(dml_device, monkeypatch):
     with emulation.configured(numerics="cpu"):
         a, b = torch.randn(8, 9), torch.randn(9, 4)

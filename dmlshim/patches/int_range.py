@@ -175,7 +175,7 @@ def _copy(func, args, kwargs):
     (a BackendSelect kernel for ``aten::copy_`` breaks torch-directml's copies: broadcast_copy)."""
     self, src = args[0], (args[1] if len(args) > 1 else kwargs.pop("src"))
     if isinstance(src, torch.Tensor) and not src.is_cpu and past_32_bits(src):
-        return "cpu source", func(self, src.cpu(), *args[2:], **kwargs)
+        return "cpu source", func(self, trace.to_host(src), *args[2:], **kwargs)
     return "pass", func(self, src, *args[2:], **kwargs)
 
 
@@ -187,7 +187,7 @@ def past_32_bits(value) -> bool:
 
 def _on_host(index):
     if isinstance(index, torch.Tensor):
-        return index.cpu()
+        return trace.to_host(index)
     return tuple(_on_host(i) for i in index) if isinstance(index, (tuple, list)) else index
 
 

@@ -99,16 +99,14 @@ def _sized(func, args, kwargs):
 def _on_cpu(func, args, kwargs):
     """The call on the CPU (a factory's ``device=`` too) into CPU outs of ``out``'s geometry,
     which raises the CPU's error, or gives the device outs their shapes and values."""
-    def to_cpu(x):
-        return x.cpu() if isinstance(x, torch.Tensor) else x
     outs = _outs(kwargs["out"])
     cpu_outs = [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) for o in outs]
-    cpu_kwargs = {**tree_map(to_cpu, kwargs),
+    cpu_kwargs = {**tree_map(trace.to_host, {k: v for k, v in kwargs.items() if k != "out"}),
                   "out": cpu_outs[0] if isinstance(kwargs["out"], torch.Tensor) else tuple(cpu_outs)}
     if "device" in kwargs:
         cpu_kwargs["device"] = "cpu"
     with fallback.guard():
-        result = func(*tree_map(to_cpu, args), **cpu_kwargs)
+        result = func(*tree_map(trace.to_host, args), **cpu_kwargs)
     for out, cpu in zip(outs, cpu_outs):
         if out.shape != cpu.shape or out.stride() != cpu.stride():
             fallback._resize(out, cpu.shape, cpu.stride())
