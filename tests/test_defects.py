@@ -203,13 +203,13 @@ def test_probe_off_enables_every_fix_on_a_device_with_no_defect(dml_device, shim
 
 def test_probe_off_enables_the_fixes_of_defects_not_detected(dml_device, shim_off, monkeypatch):
     dmlshim.activate(fallback="known")
-    off = [d for d in defects.CORE if probing.last().status[d.name] == probing.NOT_DETECTED]
+    off = [d for d in probing.all_defects() if probing.last().status[d.name] == probing.NOT_DETECTED]
     assert off                  # cpu_index on either device: its rule is off by default
     dmlshim.deactivate()
     monkeypatch.setenv("DMLSHIM_PROBE", "off")
     dmlshim.activate(fallback="known")
     assert probing.last().fixes is None
-    assert all(_fix_on(f) for d in defects.CORE for f in d.fixes if f != "auto")
+    assert all(_fix_on(f) for d in probing.all_defects() for f in d.fixes if f != "auto")
 
 
 def test_bad_probe_value(monkeypatch, shim_off):
