@@ -4,7 +4,9 @@ PyTorch's float16 kernels compute in float32 and round once; a fix that chained 
 ops in float16 would round after each (a bilinear 2x was 3x as far from float64 as the
 CPU's).  Each case: the float16 result with dmlshim, on the device, is as close to the
 float64 result of the same float16 inputs as the CPU's float16 result, at most and on
-average, and the fix ran (``dmlshim.report()``)."""
+average, and the fix ran (``dmlshim.report()``).  Or as close as that float64 result
+rounded once by the device: the real binary's lavapipe stack rounds float32 to float16
+toward zero (measured: 2x the CPU's mean error for a cast, and for a float16 mul)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -69,8 +71,12 @@ def test_float16_fix_as_close_to_float64_as_the_cpu(dml_device, shim, name):
     cpu = f(x)
     got = f(x.to(dml_device))
     assert (got.dtype, got.device) == (torch.float16, x.to(dml_device).device)
-    (got_max, got_mean), (cpu_max, cpu_mean) = _errors(got, ref), _errors(cpu, ref)
-    assert got_max <= cpu_max * _MAX_SLACK and got_mean <= cpu_mean * _MEAN_SLACK, \
-        f"{name}: max {got_max:.3g} (CPU {cpu_max:.3g}), mean {got_mean:.3g} (CPU {cpu_mean:.3g})"
+    once = ref.float().to(dml_device).half()              # one rounding, the device's
+    (got_max, got_mean), (cpu_max, cpu_mean), (once_max, once_mean) = (
+        _errors(got, ref), _errors(cpu, ref), _errors(once, ref))
+    bound_max, bound_mean = max(cpu_max, once_max) * _MAX_SLACK, max(cpu_mean, once_mean) * _MEAN_SLACK
+    assert got_max <= bound_max and got_mean <= bound_mean, \
+        (f"{name}: max {got_max:.3g} (CPU {cpu_max:.3g}, rounded once {once_max:.3g}), "
+         f"mean {got_mean:.3g} (CPU {cpu_mean:.3g}, rounded once {once_mean:.3g})")
     assert "coerce" in {a for r in dmlshim.report().rows if r["op"] == op for a in r["actions"]}, \
         f"{op}'s fix did not run"
