@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Tuple
 
 from ..config import FALLBACK_MODES
 from ._wrap import Context, PatchSet, original, when_imported  # noqa: F401  (the helper API)
-from . import auto  # noqa: F401  hands its guard to _wrap (provide_guard)
+from . import _caller, auto  # noqa: F401  auto hands its guard to _wrap (provide_guard)
 
 
 @dataclass(frozen=True)
@@ -253,6 +253,7 @@ def install_all(ctx: Context) -> None:
     (``ctx.present`` False) only the ``anywhere`` ones.  Patches already installed or
     waiting for their import are left as they are, so it runs again, in registry order,
     when a device appears."""
+    _caller.install()                            # warnings inside wrappers name the caller
     for patch in REGISTRY:
         if not _wanted(patch, ctx) or patch.name in _installed or patch.name in _waiting:
             continue
@@ -275,6 +276,7 @@ def uninstall_all() -> None:
                 _installed.pop(name).uninstall()
             except Exception as exc:             # one broken patch must not block the rest
                 warnings.warn(f"dmlshim: uninstalling patch {name!r} failed: {exc!r}", RuntimeWarning)
+        _caller.uninstall()
 
 
 def installed() -> List[str]:

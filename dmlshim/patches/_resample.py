@@ -5,8 +5,9 @@ one (nearest) or two (linear) source rows per output row.  The table of an axis 
 indices, and the weight of the second row) is computed on the CPU and cached per device
 (``table``); the data stay on the device: ``index_select``, sub and a broadcast mul
 forward, ``index_put_(accumulate=True)`` backward, each measured right on the real
-torch-directml 0.2.5 binary.  :func:`kernels` makes a fix's BackendSelect kernels; the
-emulator's DirectML rules resample with DirectML's tables (``emulation.rules``).
+torch-directml 0.2.5 binary; float16/bfloat16 in float32, rounded once (``_opmath``).
+:func:`kernels` makes a fix's BackendSelect kernels; the emulator's DirectML rules
+resample with DirectML's tables (``emulation.rules``).
 Docs: docs/defects.md ("Upsampling").
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from .. import fallback
-from . import _select
+from . import _opmath, _select
 from .dispatcher import Done
 
 _aten = torch.ops.aten
@@ -141,8 +142,13 @@ def _fix(kind, backward):
             return None                               # the device's own kernel, or its error
         tables = tuple(table(tensor.device, kind, input_size[i + 2], output_size[i], align_corners,
                              scales[i]) for i in (0, 1))
-        result = (upsample2d_backward(tensor, input_size, tables) if backward
-                  else upsample2d(tensor, tables))
+        if kind == "nearest" and not backward:
+            result = upsample2d(tensor, tables)              # a gather: no arithmetic
+        else:
+            # weights and sums in opmath (float32 for float16), rounded once, as ATen's kernels
+            wide = _opmath.wide(tensor)
+            result = (upsample2d_backward(wide, input_size, tables) if backward
+                      else upsample2d(wide, tables)).to(tensor.dtype)
         return Done(into(kwargs.get("grad_input" if backward else "out"), result))
     return fix
 

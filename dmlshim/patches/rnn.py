@@ -14,6 +14,7 @@ weight changes; gradients flow back to the device.  See docs/rnn.md.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 import weakref
@@ -22,6 +23,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .. import fallback, trace
+from . import _opmath
 from ._wrap import Context
 from .dispatcher import backend_key
 
@@ -123,6 +125,21 @@ def _cached(a):
     return cache.cpu(a) if isinstance(a, torch.Tensor) else a
 
 
+def _in_opmath(cell):
+    """``cell`` computed in opmath (float32 for float16/bfloat16 gates) and each result
+    rounded once to the gates' dtype, as CUDA's fused kernels compute in ``accscalar_t``."""
+    def wide(t):
+        return _opmath.wide(t) if isinstance(t, torch.Tensor) else t
+
+    @functools.wraps(cell)
+    def wide_cell(*args, **kwargs):
+        dtype = next(t.dtype for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor))
+        results = cell(*map(wide, args), **{k: wide(v) for k, v in kwargs.items()})
+        return tuple(r.to(dtype) for r in results)
+    return wide_cell
+
+
+@_in_opmath
 def _fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     """``aten::_thnn_fused_lstm_cell`` from CPU ops, in the CUDA kernel's order
     (aten/src/ATen/native/cuda/RNN.cu).  Gates (B, 4H) in the order i, f, g, o; cx (B, H).
@@ -136,6 +153,7 @@ def _fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias
     return o * cy.tanh(), cy, torch.cat((i, f, g, o), 1)
 
 
+@_in_opmath
 def _fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     """``aten::_thnn_fused_gru_cell`` from CPU ops, in the order of the CPU ``GRUCell``
     (aten/src/ATen/native/RNN.cpp).  Gates (B, 3H) in the order r, z, n; hx (B, H).

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from . import _select
+from . import _opmath, _select
 from .dispatcher import Done, below
 
 _aten = torch.ops.aten
-_LOW = (torch.float16, torch.bfloat16)
 
 
 def _scalars(args, kwargs, at):
@@ -24,15 +23,11 @@ def _scalars(args, kwargs, at):
     return beta, threshold
 
 
-def _wide(t):
-    return t.float() if t.dtype in _LOW else t
-
-
 def _forward(op, keyset, args, kwargs):
     beta, threshold = _scalars(args, kwargs, 1)
     if beta == 1:
         return None
-    x = _wide(args[0])
+    x = _opmath.wide(args[0])
     scaled = x * beta
     value = torch.where(scaled > threshold, x, _aten.softplus.default(scaled, 1, threshold) / beta)
     return Done(value.to(args[0].dtype))
@@ -40,7 +35,7 @@ def _forward(op, keyset, args, kwargs):
 
 def _backward(op, keyset, args, kwargs):
     beta, threshold = _scalars(args, kwargs, 2)
-    grad, scaled = _wide(args[0]), _wide(args[1]) * beta
+    grad, scaled = _opmath.wide(args[0]), _opmath.wide(args[1]) * beta
     value = torch.where(scaled > threshold, grad, op.redispatch(below(keyset), grad, scaled, 1, threshold))
     return Done(value.to(args[0].dtype))
 

@@ -24,12 +24,11 @@ from __future__ import annotations
 import torch
 
 from ..laws.norms import every_dim_kept, norm_arguments, norm_differs, overwrites
-from . import _select
+from . import _opmath, _select
 from .dispatcher import Done, below
 
 _aten = torch.ops.aten
 OUT = {_aten.linalg_vector_norm.default: _aten.linalg_vector_norm.out, _aten.norm.ScalarOpt_dim: _aten.norm.out}
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def _shape(self, dim, keepdim) -> list:
@@ -51,8 +50,8 @@ def _into_out(op, keyset, args, kwargs):
     if not overwrites(ord):
         return (self, ord, dim, keepdim), {k: v for k, v in kwargs.items() if k not in ("ord", "p", "dim", "keepdim")}
     compute = dtype or self.dtype
-    if compute in _HALF and ord not in (float("inf"), float("-inf")):
-        compute = torch.float32
+    if ord not in (float("inf"), float("-inf")):      # a max of |x|: exact in any dtype
+        compute = _opmath.dtype(compute)
     x = self.to(compute, copy=True)                      # the kernel overwrites its input
     extra = {"dtype": None} if op is _aten.linalg_vector_norm.out else {}
     into = torch.empty(_shape(self, dim, keepdim), dtype=compute, device=self.device)
