@@ -15,6 +15,11 @@ import dmlshim
 from dmlshim.patches import rnn as rnn_patch
 
 CHUNK = 512                                   # samples per chunk, as silero-vad streams
+# A scripted stream against the eager CPU reference: other kernels on other shapes (the
+# TorchScript graph, the device's RNN route), equal bit for bit only where MKL happens to
+# round alike. Under MKL's portable path (MKL_CBWR=COMPATIBLE) they differ by up to 52 ULP,
+# and the scripted model on the CPU differs from the eager one by as much: "device" profile.
+SCRIPTED = "device"
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")   # torch 2.13
 
 
@@ -93,7 +98,7 @@ def test_torchscript_stream_without_shim_fails_like_directml(dml_device, vad):
 def test_torchscript_stream_equals_cpu(shim, dml_device, vad, how, assert_parity):
     model, audio, expected = vad
     scripted = _scripted(model, dml_device, how)
-    assert_parity(_stream(scripted, audio, dml_device), expected)
+    assert_parity(_stream(scripted, audio, dml_device), expected, profile=SCRIPTED)
     rows = {r["op"] for r in dmlshim.report().rows}
     assert {"aten::lstm_cell", "aten::lstm.input", "aten::gru.input"} <= rows
 
@@ -106,7 +111,7 @@ def test_torchscript_stream_in_inference_mode(shim, dml_device, vad, assert_pari
         # the reference in inference_mode too: the CPU's LSTM takes another path without
         # autograd (oneDNN), a few ULP away from the one with it
         expected = _stream(model, audio, "cpu")
-    assert_parity(got, expected)
+    assert_parity(got, expected, profile=SCRIPTED)
 
 
 def test_torchscript_weights_are_copied_once(shim, dml_device, vad):
@@ -131,7 +136,7 @@ def test_torchscript_cache_refreshed_when_a_weight_changes(shim, dml_device, vad
     with torch.no_grad():
         model.cell.weight_hh.mul_(0.5)
         scripted.cell.weight_hh.mul_(0.5)           # in place: the version counter moves
-    assert_parity(_stream(scripted, audio, dml_device), _stream(model, audio, "cpu"))
+    assert_parity(_stream(scripted, audio, dml_device), _stream(model, audio, "cpu"), profile=SCRIPTED)
 
 
 def test_torchscript_backward_equals_cpu(shim, dml_device, vad, assert_parity):
