@@ -97,6 +97,20 @@ def test_deactivate_removes_the_gate(dml_device, monkeypatch):
     assert "BackendSelect" in torch._C._dispatch_dump("aten::_to_copy")
 
 
+def test_hot_overloads_get_the_typed_gate(dml_device, monkeypatch):
+    """mul.Tensor's gate is unboxed (no stack a CPU call boxes and unboxes); _to_copy, which
+    stands in for torch's own BackendSelect kernel, keeps the boxed one."""
+    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
+    dmlshim.deactivate()
+    dmlshim.activate(fallback="known", trace=0)
+    try:
+        line = next(l for l in torch._C._dispatch_dump("aten::mul.Tensor").splitlines()
+                    if l.startswith("BackendSelect:"))
+        assert "gate.cpp" in line and "unboxed" in line
+    finally:
+        dmlshim.deactivate()
+
+
 def test_a_bad_gate_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("DMLSHIM_GATE", "fast")
     dmlshim.deactivate()

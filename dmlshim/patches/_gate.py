@@ -5,7 +5,8 @@ every call of its aten overload, on the CPU and CUDA too (about 3 us each; a CPU
 ``a * b`` took 3.8x as long with ``activate()``).  Where a C++ compiler and ninja exist,
 ``csrc/gate.cpp`` registers a boxed kernel there instead, which sends only the calls with
 a tensor or a ``device=`` of the target device to the Python kernel (registered at the
-*trampoline* key, FPGA, that no tensor carries) and every other call straight on.  Without
+*trampoline* key, FPGA, that no tensor carries) and every other call straight on: an unboxed
+(typed) kernel for the overloads CPU models reach most, a boxed one for the rest.  Without
 a compiler (most Windows machines), or with ``DMLSHIM_GATE=python``, the Python kernel
 sits at BackendSelect itself, as before.  Both paths run the same Python kernel, so a fix
 behaves the same; docs/performance.md has what each costs.
@@ -79,4 +80,16 @@ def register(library: torch.library.Library, op: torch._ops.OpOverload, kernel, 
             library.impl(name, kernel, "BackendSelect", with_keyset=True)
             return None
         library.impl(name, kernel, TRAMPOLINE, with_keyset=True)
-    return ext.gate(op._schema.name, op._schema.overload_name, target, always)
+    schema = op._schema
+    typed = None if always else _typed(ext, schema.name, schema.overload_name, target)
+    return typed or ext.gate(schema.name, schema.overload_name, target, always)
+
+
+def _typed(ext, name: str, overload: str, target: str):
+    """The typed (unboxed) gate of a hot overload (``csrc/gate.cpp``'s ``typed_gates``), or
+    None: not one of them, or its C++ signature differs in this torch (then the boxed one)."""
+    try:
+        return ext.typed_gate(name, overload, target)
+    except RuntimeError as exc:
+        _log.debug("dmlshim: no typed gate for %s.%s (%s)", name, overload, exc)
+        return None
