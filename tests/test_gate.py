@@ -154,3 +154,77 @@ def test_report_splits_device_reads_into_the_models_and_dmlshims(gate, dml_devic
     assert syncs["dmlshim"] == {"aten::add.Tensor": {"reads": 1, "bytes": 5000 * 8}}
     text = str(dmlshim.report())
     assert "device-to-host reads, the model's: " in text and "device-to-host reads, dmlshim's: 1 " in text
+
+
+# the Python-level entry points CPU models reach most, each wrapped by a patch, auto or both
+FRONTED = {
+    "a * b": lambda a, b: a * b,
+    "a + b": lambda a, b: a + b,
+    "a.mul(b)": lambda a, b: a.mul(b),
+    "view": lambda a, b: a.view(2, 2),
+    "torch.cat": lambda a, b: torch.cat([a, b]),
+    "torch.matmul": lambda a, b: torch.matmul(a.view(2, 2), b.view(2, 2)),
+    "F.linear": lambda a, b: torch.nn.functional.linear(a.view(2, 2), b.view(2, 2), b[:2]),
+    "to(float16)": lambda a, b: a.to(torch.float16),
+    "sum(dtype=)": lambda a, b: a.sum(dtype=torch.float32),
+}
+
+
+def _python_calls_in_dmlshim(fn) -> int:
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and "dmlshim" in frame.f_code.co_filename:
+            calls.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(calls)
+
+
+@pytest.mark.parametrize("mode", ["compiled", "python"])
+@pytest.mark.parametrize("call", list(FRONTED))
+def test_cpu_calls_run_no_python_wrapper_behind_the_front(mode, call, monkeypatch, dml_device, assert_same):
+    """With the compiled gate a CPU call of plain values passes every Python-level wrapper
+    (the patches' and auto's, fallback="auto") in C: no dmlshim Python runs at all."""
+    monkeypatch.setenv("DMLSHIM_GATE", mode)
+    a, b = torch.randn(4), torch.randn(4)
+    expected = FRONTED[call](a, b)
+    dmlshim.deactivate()
+    dmlshim.activate(trace=0)
+    try:
+        calls = _python_calls_in_dmlshim(lambda: FRONTED[call](a, b))
+        assert (calls == 0) if mode == "compiled" else (calls > 0)
+        assert_same(FRONTED[call](a, b), expected)
+    finally:
+        dmlshim.deactivate()
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_the_front_reads_as_the_function_it_wraps(gate, dml_device):
+    import inspect
+    import pickle
+    import types
+    front = vars(torch)["cat"]
+    assert type(front).__name__ == "Front"
+    assert front.__name__ == "cat" and inspect.isfunction(front) and isinstance(front, types.FunctionType)
+    assert front.__dmlshim_fast__ is dmlshim.patches._wrap.original(torch, "cat")
+    assert pickle.loads(pickle.dumps(torch.cat)) is front.__dmlshim_fast__     # as without dmlshim
+    a = torch.randn(3)
+    assert torch.equal(a.mul(2), a * 2) and torch.equal(torch.Tensor.mul(a, 2), a * 2)
+    assert torch.equal(torch.cat(tensors=[a, a]), torch.cat([a, a]))
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_calls_of_other_values_reach_the_wrappers(gate, dml_device, assert_parity):
+    """A device tensor, a CPU island, a str device, a dtype the device cannot hold: the
+    Python wrapper decides, as without the front."""
+    x, m = torch.randn(3, 4), torch.rand(3, 4) > 0.5
+    got = torch.Tensor.__mul__(x.to(dml_device), m.to(dml_device))
+    assert got.dtype == torch.float32
+    assert_parity(got, x * m)
+    moved = torch.randn(2, dtype=torch.float64).to(dml_device)     # float64 transfer: dtypes' wrapper
+    assert moved.device == dml_device
+    assert torch.cat([x.to(dml_device), torch.empty(0, 4, device=dml_device)]).shape == (3, 4)

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from .. import cpp_build
+from .. import cpp_build, islands
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "gate.cpp")
 TRAMPOLINE = "FPGA"
@@ -30,7 +30,9 @@ _log = logging.getLogger("dmlshim")
 
 @functools.lru_cache(maxsize=None)
 def _extension():
-    return cpp_build.build("dmlshim_gate", SOURCE)
+    ext = cpp_build.build("dmlshim_gate", SOURCE)
+    ext.set_special(islands.SPECIAL)        # a call holding one of these is not plain (the front)
+    return ext
 
 
 def extension(mode: str = "auto"):

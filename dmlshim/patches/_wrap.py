@@ -108,6 +108,21 @@ def _guard(ctx: Context, owner: Any, name: str, op: str) -> Guard:
     return _guard_provider(owner, name, op)
 
 
+def fronted(ctx: Context, replaced: Any, proxy: Callable) -> Any:
+    """``proxy`` behind the compiled gate's front (``csrc/gate.cpp``): a call whose arguments
+    are all plain CPU values (CPU tensors, numbers, held dtypes, None; no str or device)
+    runs the original at once, under every dmlshim layer (``replaced``'s own original if
+    it is a front), decided in C; every other call goes to ``proxy``.  Only for a wrapper
+    that passes such calls through unchanged, as ``intercept``'s selects and auto's do.
+    ``proxy`` itself without a compiled gate, or with no device present (no gate is built).
+    """
+    from . import _gate
+    ext = _gate.extension(ctx.gate) if ctx.present else None
+    if ext is None:
+        return proxy
+    return ext.Front(getattr(replaced, "__dmlshim_fast__", replaced), proxy)
+
+
 def original(owner: Any, name: str) -> Any:
     """``owner.name`` as it was before dmlshim wrapped it (its current value if never)."""
     owner = _resolve_owner(owner)
@@ -168,9 +183,11 @@ class PatchSet:
         self._cancels: List[Callable[[], None]] = []
 
     # ---------------------------------------------------------------- low level
-    def wrap(self, ctx: Context, owner: Any, name: str, wrapper: Callable) -> None:
+    def wrap(self, ctx: Context, owner: Any, name: str, wrapper: Callable, *, front: bool = False) -> None:
         """Replace ``owner.name`` with ``wrapt.FunctionWrapper(current, wrapper)``,
         transparent while ``ctx.active`` is False (a wrapper we could not remove).
+        ``front``: behind the compiled front (:func:`fronted`), for a module function whose
+        ``wrapper`` passes calls of plain CPU values through.
 
         ``wrapper(wrapped, instance, args, kwargs)`` is wrapt's signature.  ``owner``
         may be a module name: the wrap then happens when that module is imported.
@@ -180,7 +197,10 @@ class PatchSet:
             if not ctx.active:
                 return wrapped(*args, **kwargs)
             return wrapper(wrapped, instance, args, kwargs)
-        self.replace(owner, name, lambda replaced: wrapt.FunctionWrapper(replaced, when_active))
+        def make_proxy(replaced):
+            proxy = wrapt.FunctionWrapper(replaced, when_active)
+            return fronted(ctx, replaced, proxy) if front else proxy
+        self.replace(owner, name, make_proxy)
 
     def replace(self, owner: Any, name: str, make_proxy: Callable[[Any], Any]) -> None:
         """Set ``owner.name = make_proxy(replaced)``, remembering how to undo it: the
@@ -271,7 +291,7 @@ class PatchSet:
                         return failed(replaced, args, kwargs, exc)
             functools.update_wrapper(proxy, replaced)
             proxy.__dmlshim_guarded__ = guard.failed is not None   # auto leaves it alone
-            return proxy
+            return fronted(ctx, replaced, proxy)
 
         is_method = "." in name or isinstance(owner, type)
         self.replace(owner, name, make_proxy)

@@ -25,7 +25,7 @@ import torch
 
 from .. import errors, fallback, islands, trace
 from . import dtypes
-from ._wrap import Context, Guard, PatchSet, provide_guard
+from ._wrap import Context, Guard, PatchSet, fronted, provide_guard
 
 __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
            "entry_points", "guard"]
@@ -177,7 +177,7 @@ def _make_wrapper(op: str, func, memo: set):
             return _failed(op, func, args, kwargs, exc, memo)
 
     functools.update_wrapper(wrapper, func)
-    return wrapper
+    return fronted(_ctx, func, wrapper)        # a call of plain CPU values: the original, in C
 
 
 def guard(owner, name: str, op: str) -> Guard:

@@ -167,7 +167,7 @@ def install(ctx: Context) -> None:
     # wrapt wrappers, not intercept()'s: auto's own wrapper stays outside them (a float64
     # factory's island, its retry), and a core patch's intercept() inside keeps its guard
     for namespace, name in functions():
-        _patches.wrap(ctx, namespace, name, wrapper_of(f"{namespace.__name__}.{name}"))
+        _patches.wrap(ctx, namespace, name, wrapper_of(f"{namespace.__name__}.{name}"), front=True)
 
 
 def uninstall() -> None:

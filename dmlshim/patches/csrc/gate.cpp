@@ -14,6 +14,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
+#include <torch/csrc/Dtype.h>
+#include <structmember.h>
+
+#include <bitset>
 #include <functional>
 #include <memory>
 #include <string>
@@ -194,12 +198,157 @@ std::optional<Registration> typed_gate(const std::string& op_name, const std::st
   return registered(op_name, overload, found->second(handle, backend));
 }
 
+// The front: the compiled counterpart of dmlshim's Python-level wrappers (torch.cat,
+// Tensor.__mul__, auto's 2,700 ...).  Every one of them acts only on a call that holds a
+// tensor off the CPU, a CPU island (a Tensor subclass), a dtype the device cannot hold, or
+// an argument that names a device (a str, a torch.device); a call whose arguments are all
+// plain CPU values (CPU tensors of held dtypes, numbers, None, held dtypes, tuples and
+// lists of these) is passed through by each.  The front tests that in C and calls the
+// original under every dmlshim layer; any other call goes to the Python wrapper.
+struct Front {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* fast;   // the original: what a plain call runs
+  PyObject* slow;   // dmlshim's Python wrapper: every other call
+};
+
+std::bitset<128> special_dtypes;   // the dtypes a plain call holds none of (islands.SPECIAL)
+
+bool plain(PyObject* x, int depth) {
+  if (THPVariable_CheckExact(x)) {
+    const auto& t = THPVariable_Unpack(x);
+    return t.is_cpu() && t.layout() == c10::kStrided &&
+           !special_dtypes.test(static_cast<size_t>(t.scalar_type()));
+  }
+  if (x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x)) return true;
+  if (THPDtype_Check(x)) return !special_dtypes.test(static_cast<size_t>(((THPDtype*)x)->scalar_type));
+  if ((PyTuple_Check(x) || PyList_Check(x)) && depth < 2) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
+    PyObject** items = PySequence_Fast_ITEMS(x);
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (!plain(items[i], depth + 1)) return false;
+    return true;
+  }
+  return false;
+}
+
+PyObject* front_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* front = reinterpret_cast<Front*>(self);
+  const auto n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (!plain(args[i], 0)) return PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
+  return PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+}
+
+PyObject* front_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject *fast, *slow;
+  if (!PyArg_ParseTuple(args, "OO:Front", &fast, &slow)) return nullptr;
+  auto* front = reinterpret_cast<Front*>(type->tp_alloc(type, 0));
+  if (!front) return nullptr;
+  front->vectorcall = front_call;
+  front->fast = Py_NewRef(fast);
+  front->slow = Py_NewRef(slow);
+  return reinterpret_cast<PyObject*>(front);
+}
+
+int front_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(reinterpret_cast<Front*>(self)->fast);
+  Py_VISIT(reinterpret_cast<Front*>(self)->slow);
+  return 0;
+}
+
+int front_clear(PyObject* self) {
+  Py_CLEAR(reinterpret_cast<Front*>(self)->fast);
+  Py_CLEAR(reinterpret_cast<Front*>(self)->slow);
+  return 0;
+}
+
+void front_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  front_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+// Bound like a Python function: Tensor.mul on a tensor is a method of it.
+PyObject* front_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
+  return PyMethod_New(self, obj);
+}
+
+// The wrapper's attributes are the front's (__name__, __wrapped__, __doc__, ...), __class__
+// too: a front reads as the Python function it stands in front of (isinstance() and
+// inspect.isfunction() are True: torch._dynamo's substitute_in_graph wants a function);
+// its own few are its type's.
+bool own(PyObject* name) {
+  static const char* const names[] = {"__dmlshim_fast__", "__dmlshim_slow__", "__reduce__", "__reduce_ex__"};
+  for (const char* own_name : names)
+    if (PyUnicode_CompareWithASCIIString(name, own_name) == 0) return true;
+  return false;
+}
+
+PyObject* front_getattro(PyObject* self, PyObject* name) {
+  if (own(name)) return PyObject_GenericGetAttr(self, name);
+  return PyObject_GetAttr(reinterpret_cast<Front*>(self)->slow, name);
+}
+
+int front_setattro(PyObject* self, PyObject* name, PyObject* value) {
+  return PyObject_SetAttr(reinterpret_cast<Front*>(self)->slow, name, value);
+}
+
+PyObject* front_repr(PyObject* self) { return PyObject_Repr(reinterpret_cast<Front*>(self)->slow); }
+
+// pickled as the original is (a builtin: by its name, which then finds the front)
+PyObject* front_reduce(PyObject* self, PyObject*) {
+  return PyObject_CallMethod(reinterpret_cast<Front*>(self)->fast, "__reduce__", nullptr);
+}
+
+PyMemberDef front_members[] = {
+    {"__dmlshim_fast__", T_OBJECT, offsetof(Front, fast), READONLY, nullptr},
+    {"__dmlshim_slow__", T_OBJECT, offsetof(Front, slow), READONLY, nullptr},
+    {nullptr}};
+PyMethodDef front_methods[] = {{"__reduce__", front_reduce, METH_NOARGS, nullptr}, {nullptr}};
+
+PyTypeObject FrontType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* front_type() {
+  if (FrontType.tp_name == nullptr) {
+    FrontType.tp_name = "dmlshim.Front";
+    FrontType.tp_basicsize = sizeof(Front);
+    FrontType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                         Py_TPFLAGS_METHOD_DESCRIPTOR;
+    FrontType.tp_vectorcall_offset = offsetof(Front, vectorcall);
+    FrontType.tp_call = PyVectorcall_Call;
+    FrontType.tp_new = front_new;
+    FrontType.tp_dealloc = front_dealloc;
+    FrontType.tp_traverse = front_traverse;
+    FrontType.tp_clear = front_clear;
+    FrontType.tp_descr_get = front_get;
+    FrontType.tp_getattro = front_getattro;
+    FrontType.tp_setattro = front_setattro;
+    FrontType.tp_repr = front_repr;
+    FrontType.tp_members = front_members;
+    FrontType.tp_methods = front_methods;
+    if (PyType_Ready(&FrontType) < 0) throw py::error_already_set();
+  }
+  return reinterpret_cast<PyObject*>(&FrontType);
+}
+
+void set_special(const py::iterable& dtypes) {
+  special_dtypes.reset();
+  for (const auto& dtype : dtypes) {
+    if (!THPDtype_Check(dtype.ptr())) throw py::type_error("special dtypes: torch.dtype expected");
+    special_dtypes.set(static_cast<size_t>(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type));
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Registration>(m, "Registration").def("destroy", &Registration::destroy);
   m.def("gate", &gate, "Register the gate at op's BackendSelect key for device_type");
   m.def("typed_gate", &typed_gate, "Register op's typed gate at BackendSelect for device_type, or None");
+  m.attr("Front") = py::handle(front_type());
+  m.def("set_special", &set_special, "The dtypes a plain call (the front's fast path) holds none of");
   m.def("below", [] { return kBelow - DispatchKeySet(kTrampoline); },
         "The keys under BackendSelect but the trampoline: a Python kernel's redispatch");
 }
