@@ -26,13 +26,13 @@ to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 
 from .. import fallback, trace
 from ..laws import integers
-from ..laws.integers import RULES, Span, put_span
+from ..laws.integers import RULES, Span
 from ..ranges import forget_all, integral, known_span, remember
 from . import _select
 from ._wrap import PatchSet
@@ -108,15 +108,54 @@ _NOT_A_BOUND = {_aten.clamp.default, _aten.clamp_.default, _aten.clamp_min.defau
 
 def _guarded(op, keyset, args, kwargs):
     """The call on the CPU when its values leave the exact span, else on the device, its
-    result's span kept (:func:`remember`)."""
+    result's span kept (:func:`remember`): the law's, or where the call is exact anyway (two
+    tensors added), its operands' known ones; ``sort``/``topk`` indices from the shape."""
     leaves, span = integers.assess(op, args, kwargs, _span)
     if leaves:
         return _select.on_cpu(op, args, kwargs)
-    if span is None or keyset is None or op in _NOT_A_BOUND:
+    if span is None and op not in _SORTS:
+        span = _unread_result_span(op, args, kwargs)
+    if keyset is None or op in _NOT_A_BOUND or (span is None and op not in _SORTS):
         return None
     result = _select.pass_on(op, keyset, args, kwargs, after=_guarded, traced=True)
+    if op in _SORTS:
+        remember(result[1], _index_span(args[0], _sort_dim(op, args, kwargs)))
     remember(result[0] if isinstance(result, (tuple, list)) else result, span)
     return _select.Done(result, record=False)
+
+
+def _unread_result_span(op, args, kwargs) -> Optional[Span]:
+    """An integer call's result span by its law's interval arithmetic from operand spans
+    known without a read (:func:`_unread_span`), for a call the law leaves alone (``a + b``
+    of two tensors is exact, but its range is still wanted next); None if one is unknown."""
+    rule = integers.RULES.get(op)
+    first = args[0] if args else None
+    if rule is None or not isinstance(first, torch.Tensor) or not integral(first.dtype) \
+            or first.is_cpu:
+        return None
+    spans = []
+    for i in rule[1]:
+        value = args[i] if i < len(args) else None
+        found = _unread_span(value) if isinstance(value, torch.Tensor) else integers.host_span(value)
+        if found is None:
+            return None
+        spans.append(found)
+    return rule[0](spans, args, kwargs)
+
+
+_SORTS = {_aten.sort.default: 1, _aten.sort.stable: 2, _aten.topk.default: 2}   # op -> dim's place
+
+
+def _sort_dim(op, args, kwargs) -> int:
+    place = _SORTS[op]
+    return args[place] if len(args) > place else kwargs.get("dim", -1)
+
+
+def _index_span(x: torch.Tensor, dim) -> Span:
+    """The span of indices into ``x`` along ``dim`` (all of it flat when None): 0 to the
+    size less one, known from the shape."""
+    size = x.numel() if dim is None or x.dim() == 0 else x.shape[dim]
+    return (0, max(size - 1, 0))
 
 
 def _concatenated(op, args, kwargs, result) -> None:
@@ -129,20 +168,6 @@ def _concatenated(op, args, kwargs, result) -> None:
         remember(result, (min(s[0] for s in spans), max(s[1] for s in spans)))
 
 
-def _written(op, args, kwargs, result) -> None:
-    """The dispatcher net's after-hook of ``_index_put_impl_``: the tensor's range before the
-    write and the values' give its range after (``put_span``), kept for ``x[i] = v``'s wrapper
-    (:func:`_setitem`), which remembers it once the write and its version bump are done."""
-    self, values = args[0], args[2]
-    before = known_span(self)            # the version moves after this kernel returns
-    written = _unread_span(values)
-    if before is not None and written is not None and integral(self.dtype):
-        _after_setitem[id(self)] = put_span([before, written], args, kwargs)
-
-
-_after_setitem: Dict[int, Span] = {}     # id(tensor) -> its range once x[i] = v is done
-
-
 def _indexed(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``index`` (``x[mask]``, ``x[idx]``): its values are
     among ``x``'s, so they have ``x``'s range where that is known."""
@@ -150,18 +175,47 @@ def _indexed(op, args, kwargs, result) -> None:
         remember(result, known_span(args[0]))
 
 
-def _indices(op, keyset, args, kwargs):
-    """``argmax``/``argmin``: on the device as they are, their indices' range kept from the
-    input's shape (0 to the reduced size less one), so an integer op on them reads nothing
-    (a greedy decoder's next token: Whisper's)."""
-    result = _select.pass_on(op, keyset, args, kwargs, after=_indices, traced=True)
-    x, dim = args[0], (args[1] if len(args) > 1 else kwargs.get("dim"))
-    size = x.numel() if dim is None or x.dim() == 0 else x.shape[dim]
-    remember(result, (0, max(size - 1, 0)))
+def _within_source(op, keyset, args, kwargs):
+    """``index``/``gather``/``index_select``/``flip`` of an integer tensor whose range is
+    known: its values are among the source's, so the result has the source's range (a
+    decoder's ``tokens[mask]``: Whisper's timestamps).  Passes (None) otherwise."""
+    source = args[0]
+    span = known_span(source) if integral(source.dtype) and not source.is_cpu else None
+    if span is None:
+        return None
+    result = _select.pass_on(op, keyset, args, kwargs, after=_within_source, traced=True)
+    remember(result, span)
     return _select.Done(result, record=False)
 
 
-_INDICES = (_aten.argmax.default, _aten.argmin.default)
+def _multiplied(op, args, kwargs, result) -> None:
+    """The dispatcher net's after-hook of ``mul``: an integer product's span from its
+    operands' (read, if at all, by ``net_fix`` before), as ``_guarded`` keeps its own."""
+    if isinstance(result, torch.Tensor) and integral(result.dtype) and not result.is_cpu:
+        remember(result, _unread_result_span(op, args, kwargs))
+
+
+# gather, index_select and flip: already held by other fixes where int_range is (gather's,
+# refused's, flip_dims'), so this adds a step to their chains, not a kernel; index: a kernel
+# of its own unless the net holds it (cpu_index), which tells _indexed instead
+_SOURCES = (_aten.gather.default, _aten.index_select.default, _aten.flip.default)
+_INDEX = _aten.index.Tensor
+
+
+def _indices(op, keyset, args, kwargs):
+    """``argmax``/``argmin`` and ``max``/``min`` along a dim: on the device as they are, their
+    indices' range kept from the input's shape (0 to the reduced size less one), so an
+    integer op on them reads nothing (a greedy decoder's next token: Whisper's; a CTC
+    alignment's backpointers: SenseVoice's)."""
+    result = _select.pass_on(op, keyset, args, kwargs, after=_indices, traced=True)
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    remember(result[1] if isinstance(result, tuple) else result, _index_span(args[0], dim))
+    return _select.Done(result, record=False)
+
+
+# Python kernels of their own, as argmax's: max/min along a dim give the indices a CTC
+# alignment writes (the device call pays the kernel; docs/performance.md)
+_INDICES = (_aten.argmax.default, _aten.argmin.default, _aten.max.dim, _aten.min.dim)
 
 
 def net_fix(op, args, kwargs):
@@ -200,9 +254,9 @@ def _setitem(func, args, kwargs):
     if self._base is not None or not self.is_contiguous() or not past_32_bits(value):
         if type(value) is int:          # copied over, its range known: torch's own device
             value = torch.tensor(value, dtype=self.dtype).to(self.device)   # scalar is not
-        _after_setitem.pop(id(self), None)
+        after = _union(known_span(self), _unread_span(value))
         func(self, index, value)
-        remember(self, _after_setitem.pop(id(self), None))       # the write's, at its version
+        remember(self, after)           # at the write's version, which moved in func
         return "pass", None
     places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
     value = torch.as_tensor(value, dtype=self.dtype)
@@ -213,6 +267,14 @@ def _setitem(func, args, kwargs):
     return "flat index_put_", None
 
 
+def _union(before: Optional[Span], written: Optional[Span]) -> Optional[Span]:
+    """A tensor's span after ``x[i] = v``: its span before and the values', where both are
+    known (a write of some places never leaves their union)."""
+    if before is None or written is None:
+        return None
+    return (min(before[0], written[0]), max(before[1], written[1]))
+
+
 def _int64_on(target: str):
     def select(instance, args, kwargs):
         return not instance.is_cpu and instance.dtype == torch.int64 and instance.device.type == target
@@ -220,7 +282,9 @@ def _int64_on(target: str):
 
 
 _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
-                           **{op: _indices for op in _INDICES}})
+                           **{op: _indices for op in _INDICES},
+                           **{op: _within_source for op in _SOURCES}})
+_index_kernel = _select.Kernels({_INDEX: _within_source})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
 # would change what float x bool gives while mul's own fix is off (a float out for bool)
@@ -243,8 +307,10 @@ def install(ctx) -> None:
             _net_kernels[ops].install(ctx)
     dispatcher.add_hook("_to_copy", _copied_over, after=True)
     dispatcher.add_hook("cat", _concatenated, after=True)
-    dispatcher.add_hook("_index_put_impl_", _written, after=True)
     dispatcher.add_hook("index", _indexed, after=True)
+    dispatcher.add_hook("mul", _multiplied, after=True)
+    if not dispatcher.holds(_INDEX):
+        _index_kernel.install(ctx)
 
 
 def uninstall() -> None:
@@ -252,8 +318,9 @@ def uninstall() -> None:
     _patches.restore()
     dispatcher.remove_hook("_to_copy", _copied_over, after=True)
     dispatcher.remove_hook("cat", _concatenated, after=True)
-    dispatcher.remove_hook("_index_put_impl_", _written, after=True)
     dispatcher.remove_hook("index", _indexed, after=True)
+    dispatcher.remove_hook("mul", _multiplied, after=True)
+    _index_kernel.uninstall()
     forget_all()
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.remove_hook(base, net_fix)
