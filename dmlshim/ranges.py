@@ -42,12 +42,26 @@ def known_span(t: torch.Tensor) -> Optional[Span]:
 def remember(t, span: Optional[Span]) -> None:
     """Keep ``span`` beside integer device tensor ``t`` until its next write (nothing for a
     CPU, float or inference tensor)."""
-    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not integral(t.dtype):
+    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not integral(t.dtype) \
+            or not _holds(t.dtype, span):
         return
     version = _version(t)
     if version is not None:
         key = id(t)
         _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span)
+
+
+_LIMITS: Dict[torch.dtype, Span] = {}
+
+
+def _holds(dtype: torch.dtype, span: Span) -> bool:
+    """``dtype`` holds every value of ``span``: else its values wrapped, and the span bounds
+    nothing."""
+    limits = _LIMITS.get(dtype)
+    if limits is None:
+        info = torch.iinfo(dtype)
+        limits = _LIMITS[dtype] = (info.min, info.max)
+    return limits[0] <= span[0] and span[1] <= limits[1]
 
 
 def forget_all() -> None:

@@ -259,3 +259,88 @@ def test_a_view_as_another_dtype_does_not_take_its_bases_range(dml_device, shim_
     x = torch.tensor([-1, 5]).to(dml_device)
     assert ranges.known_span(x) == (-1, 5) and ranges.known_span(x[1:]) == (-1, 5)
     assert ranges.known_span(x.view(torch.uint8)) is None
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(a=st.lists(st.integers(-300, 300), min_size=1, max_size=5),
+       b=st.lists(st.integers(0, 300), min_size=1, max_size=5))
+def test_exact_ops_spans_bound_their_results(a, b):
+    """``laws.integers.SPANS``: each result within the span its law gives from its operands'."""
+    x, y = torch.tensor(a), torch.tensor(b)
+    n = min(len(a), len(b))
+    spans = [integers.host_span(x), integers.host_span(y)]
+    for op, result in ((aten.bitwise_and.Tensor, x[:n] & y[:n]), (aten.bitwise_and.Tensor, y[:n] & x[:n]),
+                       (aten.bitwise_or.Tensor, y[:n] | y.flip(0)[:n]), (aten.bitwise_xor.Tensor, y[:n] ^ y.flip(0)[:n]),
+                       (aten.cumsum.default, x.cumsum(0))):
+        span_of, measured = integers.SPANS[op]
+        operands = [integers.host_span(v) for v in ((x, y) if op is aten.bitwise_and.Tensor else (y, y))]
+        span = span_of([spans[0]] if op is aten.cumsum.default else operands, (x, 0), {})
+        if span is not None:
+            assert span[0] <= int(result.min()) and int(result.max()) <= span[1], (op, span, result)
+
+
+def test_factories_fills_and_exact_ops_carry_ranges(dml_device, shim_off, range_reads, assert_parity):
+    """A decoder's bookkeeping reads nothing: ``torch.ones``/``zeros``' fills, ``& ~done``, a
+    mask's ``long().cumsum(-1) - 1`` (Fun-ASR-Nano's ``generate``), ``lengths += 3``
+    (SenseVoice's) and ``x[:, t] += d`` into a tensor of known range."""
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+
+    def work(d):
+        unfinished = torch.ones(2, dtype=torch.long, device=d)
+        unfinished = unfinished & ~torch.tensor([True, False]).to(d)
+        tokens = torch.tensor([7, 9]).to(d) * unfinished + 5 * (1 - unfinished)
+        mask = torch.zeros(2, 6, dtype=torch.bool, device=d)
+        mask[:, 2:] = True
+        positions = mask.long().cumsum(-1) - 1
+        lengths = torch.tensor([30, 40]).to(d)
+        lengths += 3
+        path = torch.zeros((2, 5), dtype=torch.long, device=d)
+        path[:, 3] += lengths
+        return tokens - 1, positions.clone(), lengths - 4, path - 2, x_like(d).new_zeros(3) - 1
+
+    def x_like(d):
+        return torch.arange(4).to(d)
+
+    got = work(dml_device)
+    assert range_reads() == {}
+    assert_parity(got, work(torch.device("cpu")))
+
+
+def test_a_fill_at_the_top_level_keeps_no_stale_range(dml_device, shim_off, assert_parity):
+    """``x.fill_(v)``/``x.zero_()`` called by the model move the version after the kernel that
+    saw them returns: the range seen there is dropped, never kept for the values after."""
+    dmlshim.activate(fallback="known")
+
+    def work(d):
+        x = torch.zeros(3, dtype=torch.long, device=d)
+        x.fill_(2 ** 40 + 3)
+        y = torch.ones(3, dtype=torch.long, device=d)
+        return x - y, x > y
+
+    assert_parity(work(dml_device), work(torch.device("cpu")))
+
+
+def test_a_loop_of_additions_into_its_own_tensor_reads_rarely(dml_device, shim_off, range_reads,
+                                                              assert_parity):
+    """SenseVoice's CTC alignment adds a value derived from ``path`` back into ``path`` every
+    step, so its known bound doubles each step: a read (of the whole small tensor) only when
+    the bound leaves the span, about once every 24 steps, and exact results."""
+    dmlshim.activate(fallback="known")
+
+    def align(d, steps=60):
+        back = torch.zeros((1, steps, 6), dtype=torch.long, device=d)
+        back[:, :, 2:] = torch.tensor([[1, 0, 2, 1]]).to(d)
+        path = torch.zeros((1, steps), dtype=torch.long, device=d)
+        path[0, steps - 1] = 5
+        rows = torch.arange(1).to(d)
+        for t in range(steps - 1, 0, -1):
+            here = path[:, t]
+            path[:, t - 1] += here - back[rows, t, here]
+        return path
+
+    dmlshim.trace.reset()
+    got = align(dml_device)
+    reads = sum(range_reads().values())
+    assert 0 < reads <= 6, reads
+    assert_parity(got, align(torch.device("cpu")))

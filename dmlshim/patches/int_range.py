@@ -53,10 +53,20 @@ def _span(value, op=None) -> Optional[Span]:
     if isinstance(value, torch.Tensor) and not value.is_cpu and integral(value.dtype) and value.numel():
         span = known_span(value)
         if span is None:
-            span = _read(value, op)
-            remember(value, span)
+            whole = _whole(value)
+            span = _read(whole, op)
+            remember(whole, span)
         return span
     return integers.host_span(value)
+
+
+def _whole(value: torch.Tensor) -> torch.Tensor:
+    """What to read for view ``value``'s span: its base where that is small (one sync all the
+    same), whose span outlives the view (``path[:, t]`` of a loop over ``path``'s columns)."""
+    base = value._base
+    if base is not None and base.dtype == value.dtype and base.numel() <= _AT_THE_COPY:
+        return base
+    return value
 
 
 def _read(value: torch.Tensor, op) -> Span:
@@ -83,11 +93,43 @@ def _unread_span(t: torch.Tensor) -> Optional[Span]:
 
 def _copied_over(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``_to_copy``: a small integer CPU tensor copied to
-    the device gives its span on the CPU, without a read."""
+    the device gives its span on the CPU, without a read; a cast on the device keeps a bool's
+    0..1 (``mask.long()``) or an integer's known span (``remember`` drops one the new dtype
+    does not hold)."""
     source = args[0]
-    if source.is_cpu and isinstance(result, torch.Tensor) and not result.is_cpu \
-            and integral(result.dtype) and 0 < source.numel() <= _AT_THE_COPY:
-        remember(result, _span(source))
+    if not isinstance(result, torch.Tensor) or result.is_cpu or not integral(result.dtype):
+        return
+    if source.is_cpu:
+        if 0 < source.numel() <= _AT_THE_COPY:
+            remember(result, _span(source))
+    elif source.dtype == torch.bool or integral(source.dtype):
+        remember(result, _operand_span(source))
+
+
+def _operand_span(value) -> Optional[Span]:
+    """A value's span known without a device read: a bool's 0..1, an integral number's own,
+    an integer tensor's :func:`_unread_span`; None for a float."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool:
+            return (0, 1)
+        return _unread_span(value) if integral(value.dtype) else None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return (int(value), int(value)) if isinstance(value, int) else None
+
+
+def _spanned(op, keyset, args, kwargs):
+    """An integer op the defect leaves exact (``laws.integers.SPANS``: ``&``, ``|``,
+    ``cumsum``, the fills that end ``torch.zeros``/``ones``): on the device as it is, its
+    result's span kept from its operands' known ones (no read).  A fill in place at the top
+    level moves the version after this returns, so its span is dropped there (kept inside a
+    factory: torch's factories run below ``ADInplaceOrView``, their version stays 0)."""
+    span_of, measured = integers.SPANS[op]
+    spans = [_operand_span(args[i]) for i in measured]
+    result = _select.pass_on(op, keyset, args, kwargs, after=_spanned, traced=True)
+    if all(s is not None for s in spans) and isinstance(result, torch.Tensor):
+        remember(result, span_of(spans, args, kwargs))
+    return _select.Done(result, record=False)
 
 
 MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
@@ -275,6 +317,35 @@ def _union(before: Optional[Span], written: Optional[Span]) -> Optional[Span]:
     return (min(before[0], written[0]), max(before[1], written[1]))
 
 
+def _in_place(law):
+    """``x += y``/``x -= y`` of an integer device tensor (``Tensor.__iadd__``/``__isub__``):
+    its span from ``law`` (``laws.integers``) once the version has settled (it moves after
+    the kernels return, so theirs is stale), and a view's base's span the union of its own
+    before and the view's after (``path[:, t] += d``)."""
+    def handler(func, args, kwargs):
+        self, other = args[0], args[1]
+        base = self._base if self._base is not None and self._base.dtype == self.dtype else None
+        before, by = known_span(self), _operand_span(other)
+        whole = known_span(base) if base is not None else None
+        result = func(*args, **kwargs)
+        if before is not None and by is not None and result is self:
+            after = law([before, by], args, {})
+            remember(self, after)
+            if base is not None:
+                remember(base, _union(whole, after))
+        return "pass", result
+    return handler
+
+
+_IN_PLACE = {"__iadd__": _in_place(integers._sum), "__isub__": _in_place(integers._difference)}
+
+
+def _integer_on(target: str):
+    def select(instance, args, kwargs):
+        return not instance.is_cpu and integral(instance.dtype) and instance.device.type == target
+    return select
+
+
 def _int64_on(target: str):
     def select(instance, args, kwargs):
         return not instance.is_cpu and instance.dtype == torch.int64 and instance.device.type == target
@@ -283,7 +354,8 @@ def _int64_on(target: str):
 
 _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
                            **{op: _indices for op in _INDICES},
-                           **{op: _within_source for op in _SOURCES}})
+                           **{op: _within_source for op in _SOURCES},
+                           **{op: _spanned for op in integers.SPANS}})
 _index_kernel = _select.Kernels({_INDEX: _within_source})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
@@ -301,6 +373,8 @@ def install(ctx) -> None:
     for name in ("copy_", "__setitem__"):
         _patches.intercept(ctx, torch.Tensor, name, _copy if name == "copy_" else _setitem,
                            select=_int64_on(ctx.target))
+    for name, handler in _IN_PLACE.items():
+        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target))
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.add_hook(base, net_fix)
         if not all(dispatcher.holds(op) for op in ops):
