@@ -293,6 +293,7 @@ def test_factories_fills_and_exact_ops_carry_ranges(dml_device, shim_off, range_
         mask = torch.zeros(2, 6, dtype=torch.bool, device=d)
         mask[:, 2:] = True
         positions = mask.long().cumsum(-1) - 1
+        positions.masked_fill_(mask == 0, 1)
         lengths = torch.tensor([30, 40]).to(d)
         lengths += 3
         path = torch.zeros((2, 5), dtype=torch.long, device=d)

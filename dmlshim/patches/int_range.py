@@ -317,13 +317,13 @@ def _union(before: Optional[Span], written: Optional[Span]) -> Optional[Span]:
     return (min(before[0], written[0]), max(before[1], written[1]))
 
 
-def _in_place(law):
-    """``x += y``/``x -= y`` of an integer device tensor (``Tensor.__iadd__``/``__isub__``):
-    its span from ``law`` (``laws.integers``) once the version has settled (it moves after
-    the kernels return, so theirs is stale), and a view's base's span the union of its own
-    before and the view's after (``path[:, t] += d``)."""
+def _in_place(law, place: int = 1):
+    """``x += y``/``x -= y``/``x.masked_fill_(m, v)`` of an integer device tensor: its span
+    from ``law`` (``laws.integers``) and ``args[place]``'s once the version has settled (it
+    moves after the kernels return, so theirs is stale), and a view's base's span the union of
+    its own before and the view's after (``path[:, t] += d``)."""
     def handler(func, args, kwargs):
-        self, other = args[0], args[1]
+        self, other = args[0], (args[place] if len(args) > place else kwargs.get("value"))
         base = self._base if self._base is not None and self._base.dtype == self.dtype else None
         before, by = known_span(self), _operand_span(other)
         whole = known_span(base) if base is not None else None
@@ -337,7 +337,10 @@ def _in_place(law):
     return handler
 
 
-_IN_PLACE = {"__iadd__": _in_place(integers._sum), "__isub__": _in_place(integers._difference)}
+# Python entry points, not kernels: only there has the version settled.  masked_fill_: a
+# decoder's position_ids (transformers' generate, each step)
+_IN_PLACE = {"__iadd__": _in_place(integers._sum), "__isub__": _in_place(integers._difference),
+             "masked_fill_": _in_place(integers._unchanged, place=2)}
 
 
 def _integer_on(target: str):
