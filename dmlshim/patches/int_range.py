@@ -33,7 +33,7 @@ import torch
 from .. import fallback, trace
 from ..laws import integers
 from ..laws.integers import RULES, Span
-from ..ranges import forget_all, integral, known_span, remember
+from ..ranges import forget, forget_all, integral, known_exactly, known_span, remember
 from . import _select
 from ._wrap import PatchSet
 
@@ -55,9 +55,32 @@ def _span(value, op=None) -> Optional[Span]:
         if span is None:
             whole = _whole(value)
             span = _read(whole, op)
-            remember(whole, span)
+            remember(whole, span, exact=True)
         return span
     return integers.host_span(value)
+
+
+def _exact_span(value, op=None) -> Optional[Span]:
+    """:func:`_span`, a bound kept dropped first, so the values are read (see :func:`_assess`)."""
+    if isinstance(value, torch.Tensor) and not value.is_cpu and not known_exactly(value):
+        forget(value)
+    return _span(value, op)
+
+
+def _bounded(args) -> bool:
+    """An integer device operand whose span kept is a bound, not its values' own."""
+    return any(isinstance(a, torch.Tensor) and not a.is_cpu and integral(a.dtype) and a.numel()
+               and not known_exactly(a) for a in args)
+
+
+def _assess(op, args, kwargs):
+    """``laws.integers.assess`` by the spans kept; where a kept bound (doubling in a loop:
+    SenseVoice's CTC alignment) leaves the exact span, by the values read instead: one sync,
+    where the CPU's copy would have been one too, and the call stays on the device."""
+    leaves, span = integers.assess(op, args, kwargs, _span)
+    if leaves and _bounded(args):
+        leaves, span = integers.assess(op, args, kwargs, _exact_span)
+    return leaves, span
 
 
 def _whole(value: torch.Tensor) -> torch.Tensor:
@@ -101,7 +124,7 @@ def _copied_over(op, args, kwargs, result) -> None:
         return
     if source.is_cpu:
         if 0 < source.numel() <= _AT_THE_COPY:
-            remember(result, _span(source))
+            remember(result, _span(source), exact=True)
     elif source.dtype == torch.bool or integral(source.dtype):
         remember(result, _operand_span(source))
 
@@ -128,8 +151,11 @@ def _spanned(op, keyset, args, kwargs):
     spans = [_operand_span(args[i]) for i in measured]
     result = _select.pass_on(op, keyset, args, kwargs, after=_spanned, traced=True)
     if all(s is not None for s in spans) and isinstance(result, torch.Tensor):
-        remember(result, span_of(spans, args, kwargs))
+        remember(result, span_of(spans, args, kwargs), exact=op in _FILLS)
     return _select.Done(result, record=False)
+
+
+_FILLS = (_aten.fill_.Scalar, _aten.zero_.default)     # every value the one filled: exact
 
 
 MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
@@ -152,7 +178,7 @@ def _guarded(op, keyset, args, kwargs):
     """The call on the CPU when its values leave the exact span, else on the device, its
     result's span kept (:func:`remember`): the law's, or where the call is exact anyway (two
     tensors added), its operands' known ones; ``sort``/``topk`` indices from the shape."""
-    leaves, span = integers.assess(op, args, kwargs, _span)
+    leaves, span = _assess(op, args, kwargs)
     if leaves:
         return _select.on_cpu(op, args, kwargs)
     if span is None and op not in _SORTS:
@@ -278,6 +304,8 @@ def _copy(func, args, kwargs):
 def past_32_bits(value) -> bool:
     """An int64 tensor or a Python int past the span the 32-bit law keeps (device tensors
     measured by :func:`_span`)."""
+    if integers.past_32_bits(value, _span) and _bounded((value,)):
+        return integers.past_32_bits(value, _exact_span)
     return integers.past_32_bits(value, _span)
 
 
