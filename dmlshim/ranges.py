@@ -20,7 +20,8 @@ from typing import Dict, Optional, Tuple
 import torch
 
 Span = Tuple[int, int]
-_known: Dict[int, Tuple[weakref.ref, int, Span]] = {}   # id -> (weak reference, version, span)
+# id -> (weak reference, version, span, exact: the least and greatest values themselves, not a bound)
+_known: Dict[int, Tuple[weakref.ref, int, Span, bool]] = {}
 
 
 def integral(dtype: torch.dtype) -> bool:
@@ -31,23 +32,56 @@ def integral(dtype: torch.dtype) -> bool:
 def known_span(t: torch.Tensor) -> Optional[Span]:
     """``(least, greatest)`` of integer device tensor ``t``'s values, known without a device
     read, or None."""
+    entry = _entry(t)
+    return entry[2] if entry is not None else None
+
+
+def known_exactly(t: torch.Tensor) -> bool:
+    """Whether ``t``'s span kept is its values' own (read, copied over, filled), not a bound
+    (a view's is its base's, a bound)."""
+    entry = _known.get(id(t))
+    return entry is not None and entry[3] and entry[0]() is t and entry[1] == _version(t)
+
+
+def _entry(t):
     base = t._base
     for candidate in (t, base if base is not None and base.dtype == t.dtype else None):
         entry = _known.get(id(candidate)) if candidate is not None else None
         if entry is not None and entry[0]() is candidate and entry[1] == _version(candidate):
-            return entry[2]
+            return entry
     return None
 
 
-def remember(t, span: Optional[Span]) -> None:
+def remember(t, span: Optional[Span], exact: bool = False) -> None:
     """Keep ``span`` beside integer device tensor ``t`` until its next write (nothing for a
     CPU, float or inference tensor)."""
-    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not integral(t.dtype):
+    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not integral(t.dtype) \
+            or not _holds(t.dtype, span):
         return
     version = _version(t)
     if version is not None:
         key = id(t)
-        _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span)
+        _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span, exact)
+
+
+_LIMITS: Dict[torch.dtype, Span] = {}
+
+
+def _holds(dtype: torch.dtype, span: Span) -> bool:
+    """``dtype`` holds every value of ``span``: else its values wrapped, and the span bounds
+    nothing."""
+    limits = _LIMITS.get(dtype)
+    if limits is None:
+        info = torch.iinfo(dtype)
+        limits = _LIMITS[dtype] = (info.min, info.max)
+    return limits[0] <= span[0] and span[1] <= limits[1]
+
+
+def forget(t: torch.Tensor) -> None:
+    """Drop the span kept for ``t`` and its base (a bound, to be read instead)."""
+    for candidate in (t, t._base):
+        if candidate is not None:
+            _known.pop(id(candidate), None)
 
 
 def forget_all() -> None:

@@ -10,6 +10,7 @@ A page asks for a table with a marker line; ``mkdocs build`` replaces it:
     <!-- results: no_device -->               CPU calls before/after activate() with no device
     <!-- results: bench FILE.json REGEX -->   its rows whose "BENCHMARK: CASE" matches REGEX (re.search)
     <!-- results: zoo FILE.json -->           the model table of examples/zoo.py --json
+    <!-- results: syncs FILE.json -->         syncs and added time per model (benchmarks/model_syncs.py)
     <!-- results: fidelity defects -->        emulator vs real binary, per defect (benchmarks/fidelity.py)
     <!-- results: fidelity routing -->        per aten overload OpInfo reaches (benchmarks/fidelity_routing.py)
     <!-- results: doctor FILE.json [FILE.json ...] --> `dmlshim doctor --json` reports, side by side
@@ -58,6 +59,8 @@ def _table(kind, arg, pattern=None):
         return bench_table(arg, pattern)
     if kind == "zoo" and arg and pattern is None:
         return zoo_table(arg)
+    if kind == "syncs" and arg and pattern is None:
+        return syncs_table(arg)
     if kind == "fidelity" and arg == "defects" and pattern is None:
         return fidelity_defects_table()
     if kind == "fidelity" and arg == "routing" and pattern is None:
@@ -74,7 +77,7 @@ def _table(kind, arg, pattern=None):
         return headline_table(readme=True)
     raise ValueError(f"docs: unknown results marker {kind!r} {arg or ''} {pattern or ''}: "
                      "allowed: 'conformance', 'conformance groups', 'bench FILE.json [REGEX]', "
-                     "'zoo FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', 'device_present', "
+                     "'zoo FILE.json', 'syncs FILE.json', 'doctor FILE.json [FILE.json ...]', 'headline', 'no_device', 'device_present', "
                      "'fidelity defects', 'fidelity routing', 'repro FILE.json FILE.json ...', "
                      "'integers FILE.json ...'")
 
@@ -245,6 +248,18 @@ def zoo_table(name):
                       f"numerics, parity profile '{extra.get('profile', '?')}'.", "",
                       "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
                      + ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows])
+
+
+def syncs_table(name):
+    """benchmarks/model_syncs.py's table: a row per reference model, its columns in the file's
+    order."""
+    d = _load(name)
+    extra, rows = d.get("extra", {}), d["rows"]
+    columns = list(rows[0]) if rows else []
+    return "\n".join([f"{_source(name, d)}; {extra.get('device', '')}, median of "
+                      f"{extra.get('repeat', '?')} runs each side.", "",
+                      "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+                     + ["| " + " | ".join(_cell(str(r.get(c, ""))) for c in columns) + " |" for r in rows])
 
 
 def doctor_table(names):

@@ -152,6 +152,54 @@ _EXACT_FOR_TWO = (_aten.add.Tensor, _aten.add_.Tensor, _aten.add.out, _aten.mul.
                   _aten.mul.out)
 
 
+
+# ----------------------------------------------------------------------------- exact ops' spans
+# Integer ops the defect leaves exact (or that only fill): their result's span from their
+# operands', so a later held call reads nothing (``patches/int_range.py``).  Not defects: the
+# emulator reads :data:`RULES` alone.  A bool operand spans 0..1.
+
+def _nonnegative(*spans: Span) -> bool:
+    return all(s[0] >= 0 for s in spans)
+
+
+def _ones_below(bound: int) -> int:
+    """The least ``2**k - 1`` at or above ``bound >= 0``: every value of its bits or fewer."""
+    return (1 << max(bound, 0).bit_length()) - 1
+
+
+def _and(spans, args, kwargs) -> Optional[Span]:
+    """``a & b``: within 0 and a nonnegative operand's greatest (its bits, fewer or as many)."""
+    bounds = [s[1] for s in spans if s[0] >= 0]
+    return (0, min(bounds)) if bounds else None
+
+
+def _or_xor(spans, args, kwargs) -> Optional[Span]:
+    """``a | b``, ``a ^ b`` of nonnegative operands: within the greatest's bits."""
+    return (0, _ones_below(max(s[1] for s in spans))) if _nonnegative(*spans) else None
+
+
+def _running_sum(spans, args, kwargs) -> Span:
+    """``cumsum`` along ``dim``: a sum of 1 to n elements (n the size along it)."""
+    x, dim = args[0], args[1] if len(args) > 1 else kwargs["dim"]
+    n = x.shape[dim] if x.dim() else 1
+    lo, hi = spans[0]
+    return (min(lo, n * lo), max(hi, n * hi))
+
+
+def _filled(spans, args, kwargs) -> Span:
+    """``fill_``'s value, ``zero_``'s 0 (``torch.zeros``/``ones``/``full`` end in them)."""
+    return spans[0] if spans else (0, 0)
+
+
+# op -> (the result's span, which arguments to measure)
+SPANS: Dict[torch._ops.OpOverload, Tuple[Callable, Tuple[int, ...]]] = {
+    **{op: (_and, (0, 1)) for op in (_aten.bitwise_and.Tensor, _aten.bitwise_and.Scalar)},
+    **{op: (_or_xor, (0, 1)) for op in (_aten.bitwise_or.Tensor, _aten.bitwise_or.Scalar,
+                                        _aten.bitwise_xor.Tensor, _aten.bitwise_xor.Scalar)},
+    _aten.cumsum.default: (_running_sum, (0,)),
+    _aten.fill_.Scalar: (_filled, (1,)), _aten.zero_.default: (_filled, ()),
+}
+
 # integer floor division is floor(x * (1/n)) in float32: wrong at some multiples of n below 0
 # whatever their size (-49 // 7 gives -8): by a number on lavapipe (39 of the divisors 1 to 129
 # over -3000..2999), by a tensor too on NVIDIA's driver; trunc and remainder were right on both

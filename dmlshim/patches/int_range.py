@@ -26,14 +26,14 @@ to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 
 from .. import fallback, trace
 from ..laws import integers
-from ..laws.integers import RULES, Span, put_span
-from ..ranges import forget_all, integral, known_span, remember
+from ..laws.integers import RULES, Span
+from ..ranges import forget, forget_all, integral, known_exactly, known_span, remember
 from . import _select
 from ._wrap import PatchSet
 
@@ -53,10 +53,43 @@ def _span(value, op=None) -> Optional[Span]:
     if isinstance(value, torch.Tensor) and not value.is_cpu and integral(value.dtype) and value.numel():
         span = known_span(value)
         if span is None:
-            span = _read(value, op)
-            remember(value, span)
+            whole = _whole(value)
+            span = _read(whole, op)
+            remember(whole, span, exact=True)
         return span
     return integers.host_span(value)
+
+
+def _exact_span(value, op=None) -> Optional[Span]:
+    """:func:`_span`, a bound kept dropped first, so the values are read (see :func:`_assess`)."""
+    if isinstance(value, torch.Tensor) and not value.is_cpu and not known_exactly(value):
+        forget(value)
+    return _span(value, op)
+
+
+def _bounded(args) -> bool:
+    """An integer device operand whose span kept is a bound, not its values' own."""
+    return any(isinstance(a, torch.Tensor) and not a.is_cpu and integral(a.dtype) and a.numel()
+               and not known_exactly(a) for a in args)
+
+
+def _assess(op, args, kwargs):
+    """``laws.integers.assess`` by the spans kept; where a kept bound (doubling in a loop:
+    SenseVoice's CTC alignment) leaves the exact span, by the values read instead: one sync,
+    where the CPU's copy would have been one too, and the call stays on the device."""
+    leaves, span = integers.assess(op, args, kwargs, _span)
+    if leaves and _bounded(args):
+        leaves, span = integers.assess(op, args, kwargs, _exact_span)
+    return leaves, span
+
+
+def _whole(value: torch.Tensor) -> torch.Tensor:
+    """What to read for view ``value``'s span: its base where that is small (one sync all the
+    same), whose span outlives the view (``path[:, t]`` of a loop over ``path``'s columns)."""
+    base = value._base
+    if base is not None and base.dtype == value.dtype and base.numel() <= _AT_THE_COPY:
+        return base
+    return value
 
 
 def _read(value: torch.Tensor, op) -> Span:
@@ -83,11 +116,46 @@ def _unread_span(t: torch.Tensor) -> Optional[Span]:
 
 def _copied_over(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``_to_copy``: a small integer CPU tensor copied to
-    the device gives its span on the CPU, without a read."""
+    the device gives its span on the CPU, without a read; a cast on the device keeps a bool's
+    0..1 (``mask.long()``) or an integer's known span (``remember`` drops one the new dtype
+    does not hold)."""
     source = args[0]
-    if source.is_cpu and isinstance(result, torch.Tensor) and not result.is_cpu \
-            and integral(result.dtype) and 0 < source.numel() <= _AT_THE_COPY:
-        remember(result, _span(source))
+    if not isinstance(result, torch.Tensor) or result.is_cpu or not integral(result.dtype):
+        return
+    if source.is_cpu:
+        if 0 < source.numel() <= _AT_THE_COPY:
+            remember(result, _span(source), exact=True)
+    elif source.dtype == torch.bool or integral(source.dtype):
+        remember(result, _operand_span(source))
+
+
+def _operand_span(value) -> Optional[Span]:
+    """A value's span known without a device read: a bool's 0..1, an integral number's own,
+    an integer tensor's :func:`_unread_span`; None for a float."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool:
+            return (0, 1)
+        return _unread_span(value) if integral(value.dtype) else None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return (int(value), int(value)) if isinstance(value, int) else None
+
+
+def _spanned(op, keyset, args, kwargs):
+    """An integer op the defect leaves exact (``laws.integers.SPANS``: ``&``, ``|``,
+    ``cumsum``, the fills that end ``torch.zeros``/``ones``): on the device as it is, its
+    result's span kept from its operands' known ones (no read).  A fill in place at the top
+    level moves the version after this returns, so its span is dropped there (kept inside a
+    factory: torch's factories run below ``ADInplaceOrView``, their version stays 0)."""
+    span_of, measured = integers.SPANS[op]
+    spans = [_operand_span(args[i]) for i in measured]
+    result = _select.pass_on(op, keyset, args, kwargs, after=_spanned, traced=True)
+    if all(s is not None for s in spans) and isinstance(result, torch.Tensor):
+        remember(result, span_of(spans, args, kwargs), exact=op in _FILLS)
+    return _select.Done(result, record=False)
+
+
+_FILLS = (_aten.fill_.Scalar, _aten.zero_.default)     # every value the one filled: exact
 
 
 MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
@@ -108,15 +176,54 @@ _NOT_A_BOUND = {_aten.clamp.default, _aten.clamp_.default, _aten.clamp_min.defau
 
 def _guarded(op, keyset, args, kwargs):
     """The call on the CPU when its values leave the exact span, else on the device, its
-    result's span kept (:func:`remember`)."""
-    leaves, span = integers.assess(op, args, kwargs, _span)
+    result's span kept (:func:`remember`): the law's, or where the call is exact anyway (two
+    tensors added), its operands' known ones; ``sort``/``topk`` indices from the shape."""
+    leaves, span = _assess(op, args, kwargs)
     if leaves:
         return _select.on_cpu(op, args, kwargs)
-    if span is None or keyset is None or op in _NOT_A_BOUND:
+    if span is None and op not in _SORTS:
+        span = _unread_result_span(op, args, kwargs)
+    if keyset is None or op in _NOT_A_BOUND or (span is None and op not in _SORTS):
         return None
     result = _select.pass_on(op, keyset, args, kwargs, after=_guarded, traced=True)
+    if op in _SORTS:
+        remember(result[1], _index_span(args[0], _sort_dim(op, args, kwargs)))
     remember(result[0] if isinstance(result, (tuple, list)) else result, span)
     return _select.Done(result, record=False)
+
+
+def _unread_result_span(op, args, kwargs) -> Optional[Span]:
+    """An integer call's result span by its law's interval arithmetic from operand spans
+    known without a read (:func:`_unread_span`), for a call the law leaves alone (``a + b``
+    of two tensors is exact, but its range is still wanted next); None if one is unknown."""
+    rule = integers.RULES.get(op)
+    first = args[0] if args else None
+    if rule is None or not isinstance(first, torch.Tensor) or not integral(first.dtype) \
+            or first.is_cpu:
+        return None
+    spans = []
+    for i in rule[1]:
+        value = args[i] if i < len(args) else None
+        found = _unread_span(value) if isinstance(value, torch.Tensor) else integers.host_span(value)
+        if found is None:
+            return None
+        spans.append(found)
+    return rule[0](spans, args, kwargs)
+
+
+_SORTS = {_aten.sort.default: 1, _aten.sort.stable: 2, _aten.topk.default: 2}   # op -> dim's place
+
+
+def _sort_dim(op, args, kwargs) -> int:
+    place = _SORTS[op]
+    return args[place] if len(args) > place else kwargs.get("dim", -1)
+
+
+def _index_span(x: torch.Tensor, dim) -> Span:
+    """The span of indices into ``x`` along ``dim`` (all of it flat when None): 0 to the
+    size less one, known from the shape."""
+    size = x.numel() if dim is None or x.dim() == 0 else x.shape[dim]
+    return (0, max(size - 1, 0))
 
 
 def _concatenated(op, args, kwargs, result) -> None:
@@ -129,20 +236,6 @@ def _concatenated(op, args, kwargs, result) -> None:
         remember(result, (min(s[0] for s in spans), max(s[1] for s in spans)))
 
 
-def _written(op, args, kwargs, result) -> None:
-    """The dispatcher net's after-hook of ``_index_put_impl_``: the tensor's range before the
-    write and the values' give its range after (``put_span``), kept for ``x[i] = v``'s wrapper
-    (:func:`_setitem`), which remembers it once the write and its version bump are done."""
-    self, values = args[0], args[2]
-    before = known_span(self)            # the version moves after this kernel returns
-    written = _unread_span(values)
-    if before is not None and written is not None and integral(self.dtype):
-        _after_setitem[id(self)] = put_span([before, written], args, kwargs)
-
-
-_after_setitem: Dict[int, Span] = {}     # id(tensor) -> its range once x[i] = v is done
-
-
 def _indexed(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``index`` (``x[mask]``, ``x[idx]``): its values are
     among ``x``'s, so they have ``x``'s range where that is known."""
@@ -150,18 +243,47 @@ def _indexed(op, args, kwargs, result) -> None:
         remember(result, known_span(args[0]))
 
 
-def _indices(op, keyset, args, kwargs):
-    """``argmax``/``argmin``: on the device as they are, their indices' range kept from the
-    input's shape (0 to the reduced size less one), so an integer op on them reads nothing
-    (a greedy decoder's next token: Whisper's)."""
-    result = _select.pass_on(op, keyset, args, kwargs, after=_indices, traced=True)
-    x, dim = args[0], (args[1] if len(args) > 1 else kwargs.get("dim"))
-    size = x.numel() if dim is None or x.dim() == 0 else x.shape[dim]
-    remember(result, (0, max(size - 1, 0)))
+def _within_source(op, keyset, args, kwargs):
+    """``index``/``gather``/``index_select``/``flip`` of an integer tensor whose range is
+    known: its values are among the source's, so the result has the source's range (a
+    decoder's ``tokens[mask]``: Whisper's timestamps).  Passes (None) otherwise."""
+    source = args[0]
+    span = known_span(source) if integral(source.dtype) and not source.is_cpu else None
+    if span is None:
+        return None
+    result = _select.pass_on(op, keyset, args, kwargs, after=_within_source, traced=True)
+    remember(result, span)
     return _select.Done(result, record=False)
 
 
-_INDICES = (_aten.argmax.default, _aten.argmin.default)
+def _multiplied(op, args, kwargs, result) -> None:
+    """The dispatcher net's after-hook of ``mul``: an integer product's span from its
+    operands' (read, if at all, by ``net_fix`` before), as ``_guarded`` keeps its own."""
+    if isinstance(result, torch.Tensor) and integral(result.dtype) and not result.is_cpu:
+        remember(result, _unread_result_span(op, args, kwargs))
+
+
+# gather, index_select and flip: already held by other fixes where int_range is (gather's,
+# refused's, flip_dims'), so this adds a step to their chains, not a kernel; index: a kernel
+# of its own unless the net holds it (cpu_index), which tells _indexed instead
+_SOURCES = (_aten.gather.default, _aten.index_select.default, _aten.flip.default)
+_INDEX = _aten.index.Tensor
+
+
+def _indices(op, keyset, args, kwargs):
+    """``argmax``/``argmin`` and ``max``/``min`` along a dim: on the device as they are, their
+    indices' range kept from the input's shape (0 to the reduced size less one), so an
+    integer op on them reads nothing (a greedy decoder's next token: Whisper's; a CTC
+    alignment's backpointers: SenseVoice's)."""
+    result = _select.pass_on(op, keyset, args, kwargs, after=_indices, traced=True)
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    remember(result[1] if isinstance(result, tuple) else result, _index_span(args[0], dim))
+    return _select.Done(result, record=False)
+
+
+# Python kernels of their own, as argmax's: max/min along a dim give the indices a CTC
+# alignment writes (the device call pays the kernel; docs/performance.md)
+_INDICES = (_aten.argmax.default, _aten.argmin.default, _aten.max.dim, _aten.min.dim)
 
 
 def net_fix(op, args, kwargs):
@@ -182,6 +304,8 @@ def _copy(func, args, kwargs):
 def past_32_bits(value) -> bool:
     """An int64 tensor or a Python int past the span the 32-bit law keeps (device tensors
     measured by :func:`_span`)."""
+    if integers.past_32_bits(value, _span) and _bounded((value,)):
+        return integers.past_32_bits(value, _exact_span)
     return integers.past_32_bits(value, _span)
 
 
@@ -200,9 +324,9 @@ def _setitem(func, args, kwargs):
     if self._base is not None or not self.is_contiguous() or not past_32_bits(value):
         if type(value) is int:          # copied over, its range known: torch's own device
             value = torch.tensor(value, dtype=self.dtype).to(self.device)   # scalar is not
-        _after_setitem.pop(id(self), None)
+        after = _union(known_span(self), _unread_span(value))
         func(self, index, value)
-        remember(self, _after_setitem.pop(id(self), None))       # the write's, at its version
+        remember(self, after)           # at the write's version, which moved in func
         return "pass", None
     places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
     value = torch.as_tensor(value, dtype=self.dtype)
@@ -213,6 +337,46 @@ def _setitem(func, args, kwargs):
     return "flat index_put_", None
 
 
+def _union(before: Optional[Span], written: Optional[Span]) -> Optional[Span]:
+    """A tensor's span after ``x[i] = v``: its span before and the values', where both are
+    known (a write of some places never leaves their union)."""
+    if before is None or written is None:
+        return None
+    return (min(before[0], written[0]), max(before[1], written[1]))
+
+
+def _in_place(law, place: int = 1):
+    """``x += y``/``x -= y``/``x.masked_fill_(m, v)`` of an integer device tensor: its span
+    from ``law`` (``laws.integers``) and ``args[place]``'s once the version has settled (it
+    moves after the kernels return, so theirs is stale), and a view's base's span the union of
+    its own before and the view's after (``path[:, t] += d``)."""
+    def handler(func, args, kwargs):
+        self, other = args[0], (args[place] if len(args) > place else kwargs.get("value"))
+        base = self._base if self._base is not None and self._base.dtype == self.dtype else None
+        before, by = known_span(self), _operand_span(other)
+        whole = known_span(base) if base is not None else None
+        result = func(*args, **kwargs)
+        if before is not None and by is not None and result is self:
+            after = law([before, by], args, {})
+            remember(self, after)
+            if base is not None:
+                remember(base, _union(whole, after))
+        return "pass", result
+    return handler
+
+
+# Python entry points, not kernels: only there has the version settled.  masked_fill_: a
+# decoder's position_ids (transformers' generate, each step)
+_IN_PLACE = {"__iadd__": _in_place(integers._sum), "__isub__": _in_place(integers._difference),
+             "masked_fill_": _in_place(integers._unchanged, place=2)}
+
+
+def _integer_on(target: str):
+    def select(instance, args, kwargs):
+        return not instance.is_cpu and integral(instance.dtype) and instance.device.type == target
+    return select
+
+
 def _int64_on(target: str):
     def select(instance, args, kwargs):
         return not instance.is_cpu and instance.dtype == torch.int64 and instance.device.type == target
@@ -220,7 +384,10 @@ def _int64_on(target: str):
 
 
 _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
-                           **{op: _indices for op in _INDICES}})
+                           **{op: _indices for op in _INDICES},
+                           **{op: _within_source for op in _SOURCES},
+                           **{op: _spanned for op in integers.SPANS}})
+_index_kernel = _select.Kernels({_INDEX: _within_source})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
 # would change what float x bool gives while mul's own fix is off (a float out for bool)
@@ -237,14 +404,18 @@ def install(ctx) -> None:
     for name in ("copy_", "__setitem__"):
         _patches.intercept(ctx, torch.Tensor, name, _copy if name == "copy_" else _setitem,
                            select=_int64_on(ctx.target))
+    for name, handler in _IN_PLACE.items():
+        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target))
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.add_hook(base, net_fix)
         if not all(dispatcher.holds(op) for op in ops):
             _net_kernels[ops].install(ctx)
     dispatcher.add_hook("_to_copy", _copied_over, after=True)
     dispatcher.add_hook("cat", _concatenated, after=True)
-    dispatcher.add_hook("_index_put_impl_", _written, after=True)
     dispatcher.add_hook("index", _indexed, after=True)
+    dispatcher.add_hook("mul", _multiplied, after=True)
+    if not dispatcher.holds(_INDEX):
+        _index_kernel.install(ctx)
 
 
 def uninstall() -> None:
@@ -252,8 +423,9 @@ def uninstall() -> None:
     _patches.restore()
     dispatcher.remove_hook("_to_copy", _copied_over, after=True)
     dispatcher.remove_hook("cat", _concatenated, after=True)
-    dispatcher.remove_hook("_index_put_impl_", _written, after=True)
     dispatcher.remove_hook("index", _indexed, after=True)
+    dispatcher.remove_hook("mul", _multiplied, after=True)
+    _index_kernel.uninstall()
     forget_all()
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.remove_hook(base, net_fix)

@@ -1,0 +1,191 @@
+"""Device-to-host syncs and dmlshim's added time, one row per reference model (issue 38).
+
+    PYTHONPATH=. python benchmarks/model_syncs.py --json benchmarks/results/model_syncs-torch2.4.1.json
+    PYTHONPATH=. python benchmarks/model_syncs.py --only sensevoice --repeat 1
+
+Each model runs on the emulated DirectML device (random weights as examples/zoo.py builds
+them, Whisper with the real tiny.en weights: examples/whisper_weights.py) once to warm up
+with ``dmlshim.activate()``, then in the steady state:
+
+* **device ops / CPU ops**: aten calls with a tensor on the device, counted by a
+  ``TorchDispatchMode`` in a run of their own; CPU ops: the calls dmlshim ran on the CPU
+  (``report()`` rows' ``cpu`` and ``island`` actions);
+* **syncs**: device-to-host reads, the model's own code's and dmlshim's
+  (``report().syncs``), with dmlshim's ops;
+* **bytes moved**: what dmlshim copied host-to-device / device-to-host (``report()`` rows);
+* **added µs per device op**: the trace cannot yet split dmlshim's own time from the work it
+  does instead of DirectML, so: (median time with ``activate()`` on the emulated device as
+  DirectML is − median time without dmlshim on an emulated device with none of DirectML's
+  defects, ``emulation.configured(rules=[], has_float64_support=True)``) ÷ device ops.  It
+  holds dmlshim's Python, the fixes' work (CPU islands included) and the emulator's rule
+  checks, on this machine's CPU: an upper bound of what dmlshim adds, not a GPU figure.
+"""
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "examples"))
+sys.path.insert(1, str(HERE))
+
+import torchvision_ops  # noqa: E402  (this repo's CI only; no-op elsewhere)
+
+torchvision_ops.apply()
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+import dmlshim  # noqa: E402
+from dmlshim import emulation  # noqa: E402
+import timing  # noqa: E402
+import zoo  # noqa: E402
+
+HEADER = ("model", "device ops", "CPU ops", "syncs: the model's", "syncs: dmlshim's",
+          "bytes moved by dmlshim (h2d / d2h)", "added µs per device op")
+
+
+def _whisper_real(cache):
+    import funasr_models
+    import funasr_transcribe
+    import whisper_weights
+
+    def setup(device):
+        model = funasr_models.auto_model(whisper_weights.funasr_dir(), device, 1)
+        return lambda: funasr_transcribe.run(model, zoo.AUDIO, None, "syncs", False)
+    return setup
+
+
+def _gfpgan_with_realesrgan(cache):
+    import cv2
+    import gfpgan_models
+
+    image = cv2.imread(str(zoo.PHOTO), cv2.IMREAD_COLOR)
+
+    def setup(device):
+        background = gfpgan_models.background_upsampler(
+            device, half=True, folder=gfpgan_models.build(cache / "gfpgan"), tile=128)
+        restorer = gfpgan_models.restorer(gfpgan_models.build(cache / "gfpgan", arch="clean"), device,
+                                          arch="clean", bg_upsampler=background)
+
+        def run():
+            torch.manual_seed(0)  # StyleGAN2's noise
+            return restorer.enhance(image, paste_back=True)[2]
+        return run
+    return setup
+
+
+def models(cache):
+    funasr = cache / "funasr"
+    return [
+        ("SeACo-Paraformer (hotwords)", zoo._funasr("seaco", funasr, hotword="天气 公园")),
+        ("SenseVoiceSmall", zoo._funasr("sensevoice", funasr)),
+        ("Whisper tiny.en (real weights)", _whisper_real(cache)),
+        ("Fun-ASR-Nano", zoo._funasr("nano", funasr)),
+        ("GFPGAN v1.4 + Real-ESRGAN x2 background", _gfpgan_with_realesrgan(cache)),
+    ]
+
+
+class DeviceOps(TorchDispatchMode):
+    """Counts aten calls with a tensor on the device among their arguments or results."""
+
+    def __init__(self, device_type):
+        super().__init__()
+        self.device_type, self.count = device_type, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        from dmlshim.trace import tensors_in
+        if any(t.device.type == self.device_type for t in tensors_in((args, kwargs or {}, out))):
+            self.count += 1
+        return out
+
+
+def seconds(run, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        with zoo.quiet():
+            run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(name, setup, device, repeat):
+    """One row: the counts of one steady-state run with ``activate()``, and the time added."""
+    dmlshim.activate()
+    try:
+        with zoo.quiet():
+            run = setup(device)
+            run()                                     # warm-up: first-call caches, probes
+        dmlshim.trace.reset()
+        shim = seconds(run, 1)
+        report = dmlshim.report()
+        shim = statistics.median([shim] + [seconds(run, 1) for _ in range(repeat - 1)])
+        counter = DeviceOps(device.type)
+        with counter, zoo.quiet():
+            run()
+    finally:
+        dmlshim.deactivate()
+    base = None
+    with emulation.configured(rules=[], has_float64_support=True):   # a DirectML without defects
+        try:
+            with zoo.quiet():
+                bare = setup(device)
+                bare()
+            base = seconds(bare, repeat)
+        except Exception as exc:  # noqa: BLE001  (no kernel at all: e.g. a sparse buffer)
+            missing = f"no baseline: {type(exc).__name__} without dmlshim ({zoo.first_error(exc)})"
+    rows = report.rows
+    cpu_ops = sum(r["actions"].get("cpu", 0) + r["actions"].get("island", 0) for r in rows)
+    syncs = {who: sum(c["reads"] for c in ops.values()) for who, ops in report.syncs.items()}
+    ops = ", ".join(f"`{op}` {c['reads']}" for op, c in sorted(report.syncs["dmlshim"].items(),
+                                                               key=lambda x: -x[1]["reads"]))
+    added = (f"{(shim - base) / counter.count * 1e6:.1f} ({shim:.2f} s − {base:.2f} s)"
+             if base is not None else f"{missing}; {shim:.2f} s with dmlshim")
+    return {"model": name, "device ops": counter.count, "CPU ops": cpu_ops,
+            "syncs: the model's": syncs["model"],
+            "syncs: dmlshim's": f"{syncs['dmlshim']}" + (f" ({ops})" if ops else ""),
+            "bytes moved by dmlshim (h2d / d2h)": f"{timing_bytes(sum(r['h2d'] for r in rows))} / "
+                                                  f"{timing_bytes(sum(r['d2h'] for r in rows))}",
+            "added µs per device op": added}
+
+
+def timing_bytes(n):
+    return dmlshim.trace.human_bytes(n)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", nargs="+", metavar="WORD")
+    p.add_argument("--json", type=Path, metavar="PATH")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs of each side (median)")
+    p.add_argument("--cache-dir", type=Path, default=None)
+    args = p.parse_args(argv)
+    device = emulation.install()
+    dmlshim.activate()   # basicsr must first be imported with the shim active (gfpgan_restore.py)
+    import gfpgan  # noqa: F401
+    dmlshim.deactivate()
+    import os
+    cache = args.cache_dir or Path(os.environ.get("DMLSHIM_CACHE") or Path.home() / ".cache" / "dmlshim")
+    chosen = [(n, s) for n, s in models(cache)
+              if not args.only or any(w.lower() in n.lower() for w in args.only)]
+    threads = torch.get_num_threads()
+    rows = []
+    for name, setup in chosen:
+        print(f"running {name} ...", file=sys.stderr)
+        rows.append(measure(name, setup, device, args.repeat))
+        torch.set_num_threads(threads)  # AutoModel sets its own
+        print("  " + "\n  ".join(f"{k}: {v}" for k, v in rows[-1].items()), file=sys.stderr)
+    if args.json:
+        timing.write_json(args.json, "model_syncs", rows,
+                          {"torch": torch.__version__, "device": "emulated DirectML",
+                           "repeat": args.repeat})
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
