@@ -31,16 +31,20 @@ def merge(chunks):
     out["records"] = [r for d in chunks for r in d["records"]]
     out["cpu_rejects"] = [r for d in chunks for r in d["cpu_rejects"]]
     out["sample_errors"] = [r for d in chunks for r in d["sample_errors"]]
-    out["seconds"] = {k: round(sum(d["seconds"].get(k, 0) for d in chunks), 1) for k in chunks[0]["seconds"]}
-    out["options"] = dict(chunks[0]["options"], ops=[d["options"]["ops"] for d in chunks])
-    out["total"] = len(out["records"])
+    keys = dict.fromkeys(k for d in chunks for k in d["seconds"])     # "modules cpu" in one chunk
+    out["seconds"] = {k: round(sum(d["seconds"].get(k, 0) for d in chunks), 1) for k in keys}
+    out["options"] = dict(chunks[0]["options"], ops=[d["options"]["ops"] for d in chunks],
+                          modules=[d["options"].get("modules", "") for d in chunks])
+    # samples skipped because they ended the process (benchmarks/realdml_conformance.py)
+    out["process_ends"] = [s for d in chunks for s in d.get("process_ends", [])]
+    out["total"] = sum(r.get("kind", "op") == "op" for r in out["records"])
     modes = {}
     for mode in chunks[0]["modes"]:
         rs = [r for r in out["records"] if mode in r]
         modes[mode] = counts(r[mode] for r in rs)
         groups = defaultdict(list)
-        for r in rs:
-            groups[r["dtype"]].append(r[mode])
+        for r in rs:     # ModuleInfo samples in their own group, as summarize() does
+            groups[r["dtype"] if r.get("kind", "op") == "op" else "modules"].append(r[mode])
         modes[mode]["groups"] = {g: {k: v for k, v in counts(cs).items() if k != "classes"}
                                  for g, cs in groups.items()}
     out["modes"] = modes
