@@ -424,4 +424,8 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("max_pool_ceil", "none", _REFUSED,
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", _probe(_max_pool_ceil), ("max_pool_ceil",)),
+    # NEW (issue 40, conformance over every OpInfo sample): static, probing would end the process
+    Defect("sort_scalar", "none", _REFUSED,
+           "sort of a 0-dim tensor gives 0 (silent); of a 0-dim or empty tensor its out= kernel returns "
+           "invalid tensors, which end the process when read (signal 11)", None, ("sort_scalar",)),
 )

@@ -838,6 +838,8 @@ def refused_cases():
         *(dict(op=name, when=_no_dim_no_correction, replace=_population(getattr(torch.ops.aten, name.split(".")[0]).correction),
                source=SOURCE.format(f"{name} over every dimension without a correction divides by n (silent)"))
           for name in ("var.correction", "std_mean.correction")),
+        # before int_range's, which answers every sort: the NEW block at the end of this module
+        *conformance_all_cases(),
         # after int_broadcast's, int_pow_zero's ...: the first rule whose `when` holds answers
         dict(op=_int_range_ops(), bind=_dml_integers,
              source=BY_HAND.format("integer add/sub/mul with a number, neg, pow, // and %, mm in float32 "
@@ -893,4 +895,32 @@ def refused_cases():
         dict(op=FALLBACK_OUT_OPS, when=_empty_out, replace=_outs_unchanged,
              source=SOURCE.format("torch-directml's CPU fallback does not grow an empty out= "
                                   "(eye, kthvalue, median(dim) ... return shape [0]; silent)")),
+    ]
+
+
+# ---------------------------------------------------------------- NEW (issue 40)
+# Found by conformance over every OpInfo sample (docs/conformance.md); kept apart to move.
+
+def _zero_dim_sort(self, *_, **__):
+    return self.dim() == 0
+
+
+def _dml_zero_dim_sort(self, *_, values=None, indices=None, **__):
+    """The real binary's ``sort`` of a 0-dim tensor: the outs never written (0 there); its
+    ``sort.stable`` reaches ``sort.values_stable`` with new ones, the emulator's need not."""
+    if values is None:
+        return (_backend.to_device(torch.zeros((), dtype=self.dtype)),
+                _backend.to_device(torch.zeros((), dtype=torch.int64)))
+    values.resize_(()).zero_()
+    indices.resize_(()).zero_()
+    return values, indices
+
+
+def conformance_all_cases():
+    """The rules of the defects conformance found past the first 4 samples per OpInfo."""
+    return [
+        dict(op=("sort", "sort.stable", "sort.values", "sort.values_stable"), when=_zero_dim_sort,
+             replace=_dml_zero_dim_sort,
+             source=SOURCE.format("sort of a 0-dim tensor gives 0 (silent; its invalid returned "
+                                  "tensors, which end the process when read, not modelled)")),
     ]

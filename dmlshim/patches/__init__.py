@@ -194,6 +194,8 @@ REGISTRY: Tuple[Patch, ...] = (
                          "binary): cast back to bool, on the device"),
     Patch("flip_dims", "flip with a negative dimension or of a 0-dim tensor ends the process (measured on "
                        "the real 0.2.5 binary): the dimension counted from 0, on the device"),
+    Patch("sort_scalar", "sort of a 0-dim tensor gives 0, of a 0-dim or empty one returns invalid tensors "
+                         "that end the process when read (measured on the real 0.2.5 binary): on the CPU"),
     Patch("bmm_cpu_operand", "bmm/baddbmm with a CPU operand end the process (measured on the real 0.2.5 "
                          "binary): torch's error for operands on two devices, before the kernel"),
     Patch("batched_tril_triu", "tril/triu of a batch of matrices keep the wrong diagonals (measured on "
