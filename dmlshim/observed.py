@@ -159,6 +159,23 @@ def _int_range(device):
     return x + 1, x.clone()
 
 
+# NEW (issue 40): the empty_reduction and pad_value probes
+def _empty_reduction(device):
+    """`sum` over the empty dimension of a 0x3 tensor, after a ramp of 64 values written
+    (the defect: three of them)."""
+    (torch.arange(64.0) - 7).to(device).mul(3)
+    return torch.sum(torch.empty(0, 3).to(device), 0)
+
+
+
+def _pad_value(device):
+    """`constant_pad_nd` of a 1x3 ramp by (1, 1) with 0, then with 2.0 (the defect: 0 both
+    times). Value 0 first: the fix pads with 0 only, so the operator the probe leaves behind
+    agrees with it."""
+    x = (torch.arange(3.0).view(1, 3) + 10).to(device)
+    return torch.constant_pad_nd(x, (1, 1), 0.0), torch.constant_pad_nd(x, (1, 1), 2.0)
+
+
 def _bool_minmax(device):
     """`max()` of a bool mask, added to itself (bool: True; the int32 of the defect: 2)."""
     top = torch.tensor([[True, False], [False, False]]).to(device).max()
@@ -428,4 +445,10 @@ OBSERVED: Tuple[Defect, ...] = (
     Defect("sort_scalar", "none", _REFUSED,
            "sort of a 0-dim tensor gives 0 (silent); of a 0-dim or empty tensor its out= kernel returns "
            "invalid tensors, which end the process when read (signal 11)", None, ("sort_scalar",)),
+    Defect("pad_value", "none", _REFUSED,
+           "constant_pad_nd (F.pad 'constant') keeps the pad value of its first call per input shape, pads "
+           "and dtype (silent); an empty input refused (CreateOperator)", _probe(_pad_value), ("pad_value",)),
+    Defect("empty_reduction", "none", _REFUSED,
+           "sum over an empty dimension, prod/mean/norm/logsumexp of an empty input return device memory "
+           "never written (silent)", _probe(_empty_reduction), ("empty_reduction",)),
 )

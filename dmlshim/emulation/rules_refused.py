@@ -916,6 +916,48 @@ def _dml_zero_dim_sort(self, *_, values=None, indices=None, **__):
     return values, indices
 
 
+# the real binary's constant_pad_nd operators, per input shape, pads and dtype: the first value
+_PAD_VALUES: dict = {}
+
+
+def _pad_value_cached(self, pad, value=0):
+    """A ``constant_pad_nd`` whose shape, pads and dtype padded before with another value."""
+    first = _PAD_VALUES.setdefault((tuple(self.shape), tuple(int(p) for p in pad), self.dtype), value)
+    return first != value
+
+
+def _dml_cached_pad(self, pad, value=0):
+    """The real binary's answer: padded with the first call's value."""
+    first = _PAD_VALUES[(tuple(self.shape), tuple(int(p) for p in pad), self.dtype)]
+    op = torch.ops.aten.constant_pad_nd.default
+    return _backend.run_on_cpu(op, (self, pad, first), {})
+
+
+def _empty_input(self, *_, **__):
+    return self.numel() == 0
+
+
+# packet names: every overload of each (``sum`` is ``sum.default``, ``sum.dim_IntList`` ...)
+EMPTY_REDUCTIONS = ("sum", "nansum", "prod", "mean", "linalg_vector_norm", "norm.Scalar", "norm.ScalarOpt_dim",
+                    "logsumexp")
+
+
+def _empty_reduced(self, *_, **__):
+    return self.numel() == 0
+
+
+def _empty_summed(self, *_, **__):
+    """``sum`` of an empty input but an empty 1-D tensor (right on the real binary)."""
+    return self.numel() == 0 and self.dim() != 1
+
+
+def _never_written(rule, op):
+    """The real binary's answer: the CPU's shape and dtype, memory never written (7 here)."""
+    def replace(*args, **kwargs):
+        return _backend.run_on_cpu(op, args, kwargs, kernel=lambda *a, **k: op(*a, **k).fill_(7))
+    return dataclasses.replace(rule, replace=replace)
+
+
 def conformance_all_cases():
     """The rules of the defects conformance found past the first 4 samples per OpInfo."""
     return [
@@ -923,4 +965,12 @@ def conformance_all_cases():
              replace=_dml_zero_dim_sort,
              source=SOURCE.format("sort of a 0-dim tensor gives 0 (silent; its invalid returned "
                                   "tensors, which end the process when read, not modelled)")),
+        *(dict(op=name, when=_empty_summed if name == "sum" else _empty_reduced, bind=_never_written,
+               source=SOURCE.format(f"{name} of an empty input returns memory never written (silent)"))
+          for name in EMPTY_REDUCTIONS),
+        dict(op="constant_pad_nd", when=_empty_input, message=CREATE_OPERATOR,
+             source=SOURCE.format("constant_pad_nd of an empty input")),
+        dict(op="constant_pad_nd", when=_pad_value_cached, replace=_dml_cached_pad,
+             source=SOURCE.format("constant_pad_nd keeps the pad value of its first call per input "
+                                  "shape, pads and dtype (silent)")),
     ]

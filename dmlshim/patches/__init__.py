@@ -138,6 +138,10 @@ REGISTRY: Tuple[Patch, ...] = (
                            "upsampling) is silently wrong (measured on the real 0.2.5 binary): on the CPU"),
     Patch("masked_select", "masked_select with an input that broadcasts to the mask comes back too short "
                            "(measured on the real 0.2.5 binary): both expanded first, on the device"),
+    # NEW (issue 40): before the fixes that share its overloads (vector_norm's ...), so an
+    # empty input never reaches their device kernels
+    Patch("empty_reduction", "sum/prod/mean/norm/logsumexp of an empty input return device memory never "
+                             "written (measured on the real 0.2.5 binary): on the CPU"),
     Patch("pad_negative", "replication_pad with a negative begin pad is silently wrong, constant_pad_nd "
                           "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
     Patch("pad_zero", "constant_pad_nd with every pad 0 returns an uninitialised tensor (measured on the "
@@ -194,6 +198,9 @@ REGISTRY: Tuple[Patch, ...] = (
                          "binary): cast back to bool, on the device"),
     Patch("flip_dims", "flip with a negative dimension or of a 0-dim tensor ends the process (measured on "
                        "the real 0.2.5 binary): the dimension counted from 0, on the device"),
+    Patch("pad_value", "constant_pad_nd keeps the pad value of its first call per shape, pads and dtype, "
+                       "refuses an empty input (measured on the real 0.2.5 binary): padded with 0, the value "
+                       "by masked_fill, on the device; an empty input on the CPU"),
     Patch("sort_scalar", "sort of a 0-dim tensor gives 0, of a 0-dim or empty one returns invalid tensors "
                          "that end the process when read (measured on the real 0.2.5 binary): on the CPU"),
     Patch("bmm_cpu_operand", "bmm/baddbmm with a CPU operand end the process (measured on the real 0.2.5 "
