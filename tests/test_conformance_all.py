@@ -89,3 +89,17 @@ def test_reduction_of_an_empty_input_with_the_shim_equals_cpu(dml_device, shim_o
     assert probing.last().status["empty_reduction"] == probing.DETECTED
     assert "empty_reduction" in patches.installed()
     assert_parity(_reductions(dml_device), _reductions(CPU))
+
+
+# ------------------------------------------------------------ vector_norm's fix on a 0-dim input
+def _zero_dim_norms(d):
+    x = torch.tensor(-1.5).to(d)
+    return (torch.linalg.vector_norm(x, ord=6, dim=0, keepdim=True), torch.linalg.vector_norm(x, ord=4, dim=-1),
+            torch.linalg.norm(torch.tensor(2.0).to(d), 4, dim=0), torch.linalg.vector_norm(x, ord=3, dim=[]))
+
+
+def test_vector_norm_of_a_0dim_tensor_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    """The vector_norm fix counted dim modulo the rank: a 0-dim input with dim=0 raised
+    ZeroDivisionError (OpInfo's linalg.vector_norm, norm, normalize samples past the first 4)."""
+    dmlshim.activate(fallback="known")
+    assert_parity(_zero_dim_norms(dml_device), _zero_dim_norms(CPU))
