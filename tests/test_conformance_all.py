@@ -49,6 +49,7 @@ def _pads(d, n):
             torch.constant_pad_nd(x, (1, 2), 0.0), torch.constant_pad_nd(ints, (0, 1), 4),
             torch.constant_pad_nd(ints, (0, 1), -6), torch.constant_pad_nd(halves, (2, 0), 5.0),
             torch.constant_pad_nd(halves, (2, 0), float("-inf")), torch.constant_pad_nd(x, (-1, 0), 3.0),
+            torch.constant_pad_nd(x.view(1, 1, n), (-1, 1, 0, 1), 1.0), torch.constant_pad_nd(x.view(1, 1, n), (-1, 1, 0, 1), 2.0),
             torch.nn.functional.pad(torch.empty(0, 3, n).to(d), (1, 2), value=2.0))
 
 
