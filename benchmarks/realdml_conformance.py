@@ -71,11 +71,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir")
     p.add_argument("--chunks", nargs="+", default=CHUNKS)
+    p.add_argument("--reverse", action="store_true",
+                   help="last chunk first (a second runner beside one going forward)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="after --: conformance's options")
     a = p.parse_args()
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     os.makedirs(a.out_dir, exist_ok=True)
-    for i, regex in enumerate(a.chunks):
+    order = list(enumerate(a.chunks))
+    for i, regex in reversed(order) if a.reverse else order:
         if os.path.exists(os.path.join(a.out_dir, f"chunk{i:02d}.json")):
             continue                  # done in an earlier call: resume after the last one
         seconds, skips = run_chunk(regex, i, a.out_dir, args)
