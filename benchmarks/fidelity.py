@@ -74,9 +74,14 @@ def _static_cases():
     def bmm_cpu_operand(d):
         return torch.bmm(torch.ones(1, 2, 3).to(d), torch.ones(1, 3, 2))
 
+    def sort_scalar(d):
+        # the functional sort of a 0-dim tensor: its values silently 0 (not the out= kernel,
+        # whose invalid returned tensors end the process when read)
+        return torch.sort(torch.tensor(1.5).to(d))
+
     return {"bfloat16": bfloat16, "complex": complex_, "prelu_channels": prelu_channels,
             "sparse": sparse, "flip_dims": flip_dims,
-            "bmm_cpu_operand": bmm_cpu_operand}
+            "bmm_cpu_operand": bmm_cpu_operand, "sort_scalar": sort_scalar}
 
 
 def _extra_cases():

@@ -139,14 +139,14 @@ def op_db() -> list:
 
 
 def collect(ops: Optional[str] = None, dtypes: Iterable[str] = tuple(DTYPES),
-            samples: int = 4, progress: bool = False) -> Collected:
+            samples: Optional[int] = 4, progress: bool = False) -> Collected:
     """The samples to run, each with its CPU reference (the CPU runs here, twice).
 
     Args:
         ops: a regular expression; only OpInfos whose name it finds (``re.search``) run.
         dtypes: names from :data:`DTYPES`.
         samples: how many samples per OpInfo and dtype are taken (the first ones
-            yielded, before the CPU rejects any).
+            yielded, before the CPU rejects any); None: all of them.
         progress: show a tqdm progress bar on stderr.
 
     Raises:
@@ -170,25 +170,31 @@ class _ModuleCall:
     """A ModuleInfo sample as an op: ``call(inputs, **kwargs)`` builds the module after
     ``torch.manual_seed(0)``, converts it as PyTorch's module tests do
     (``.to(device="cpu", dtype=float32)``: this is what lazy modules failed) and returns
-    ``module(*inputs, **kwargs)`` in eval mode."""
+    ``module(*inputs, **kwargs)`` in eval mode. :meth:`on` gives the same call with the
+    module moved to a device after that (as a user moves a model made on the CPU)."""
 
-    def __init__(self, module_cls, constructor_input):
-        self.module_cls, self.constructor = module_cls, constructor_input
+    def __init__(self, module_cls, constructor_input, device=None):
+        self.module_cls, self.constructor, self.device = module_cls, constructor_input, device
+
+    def on(self, device) -> "_ModuleCall":
+        return _ModuleCall(self.module_cls, self.constructor, device)
 
     def __call__(self, inputs, **kwargs):
         torch.manual_seed(0)
         module = self.module_cls(*self.constructor.args, **self.constructor.kwargs)
         module = module.to(device="cpu", dtype=torch.float32).eval()
+        if self.device is not None:
+            module = module.to(self.device)
         return module(*inputs, **kwargs)
 
 
-def collect_modules(modules: Optional[str] = None, samples: int = 4) -> Collected:
+def collect_modules(modules: Optional[str] = None, samples: Optional[int] = 4) -> Collected:
     """ModuleInfo samples (float32, forward, eval mode) with their CPU references, for
     the transparency mode: ``module_db`` of ``torch.testing._internal.common_modules``.
 
     Args:
         modules: a regular expression on the ModuleInfo name (``"nn.LazyLinear"``).
-        samples: the first N module inputs per ModuleInfo.
+        samples: the first N module inputs per ModuleInfo (None: all).
     """
     from torch.testing._internal.common_modules import module_db
     from torch.testing._internal.opinfo.core import SampleInput
@@ -245,7 +251,7 @@ def _no_test_lookup():
             m.extract_test_fn = fn
 
 
-def _collect_op(opinfo, dtype: str, samples: int, out: Collected) -> None:
+def _collect_op(opinfo, dtype: str, samples: Optional[int], out: Collected) -> None:
     where = {"op": opinfo.name, "variant": opinfo.variant_test_name, "dtype": dtype}
     torch.manual_seed(0)       # the same samples whatever --ops selects
     try:
@@ -423,7 +429,7 @@ def _run_unless_fatal(case: Case, device: torch.device, mode: str = "raw") -> Re
     if fatal:
         return Result("abort", f"not run: {', '.join(fatal)} aborts torch-directml's process")
     name = f"{mode}:{case.op}.{case.variant}:{case.dtype}#{case.index}"
-    if any(skip and name.startswith(skip) for skip in os.environ.get("DMLSHIM_CONFORMANCE_SKIP", "").split(",")):
+    if any(_skipped(name, skip) for skip in os.environ.get("DMLSHIM_CONFORMANCE_SKIP", "").split(",")):
         return Result("abort", "not run: it ended the process in an earlier pass")
     if os.environ.get("DMLSHIM_CONFORMANCE_ECHO"):    # which sample ends a pass that aborts
         print(f"sample {name}", file=sys.stderr, flush=True)
@@ -433,6 +439,14 @@ def _run_unless_fatal(case: Case, device: torch.device, mode: str = "raw") -> Re
     if result.cls == "error" and errs and any(h in result.message for h in STACK_HRESULTS):
         return Result("stack", _short(f"{result.message} after vkd3d {errs[0].strip()}"))
     return result
+
+
+def _skipped(name: str, skip: str) -> bool:
+    """A ``DMLSHIM_CONFORMANCE_SKIP`` entry: a prefix of sample names, or one name ending in
+    ``$`` (``shim:argsort.:float32#49$``; a prefix ``...#4`` would take ``#40`` too)."""
+    if skip.endswith("$"):
+        return name == skip[:-1]
+    return bool(skip) and name.startswith(skip)
 
 
 # Ops that compute through complex tensors between real inputs and outputs (fft.hfft on
@@ -472,7 +486,8 @@ def run_sample(case: Case, device: torch.device) -> Result:
     try:
         inputs, args, kwargs = _to_device(case, device)
         torch.manual_seed(0)
-        actual = case.opinfo(inputs, *args, **kwargs)
+        call = case.opinfo.on(device) if case.kind == "module" else case.opinfo
+        actual = call(inputs, *args, **kwargs)
         result = compare(actual, case.expected, device, values=case.deterministic)
         if result.cls == "wrong_values" and case.deterministic and not _reproducible(case):
             case.deterministic = False
@@ -857,8 +872,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ops", metavar="REGEX", help="only OpInfos whose name matches (re.search)")
     parser.add_argument("--dtypes", default=",".join(DTYPES),
                         help="comma-separated sample dtypes (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=4, metavar="N",
-                        help="first N samples per OpInfo and dtype (default: %(default)s)")
+    parser.add_argument("--samples", type=_samples, default=4, metavar="N|all",
+                        help="first N samples per OpInfo and dtype, or all (default: %(default)s)")
     parser.add_argument("--mode", choices=("raw", "shim", "both", TRANSPARENCY, "all"), default="all",
                         help="raw (no dmlshim), shim (dmlshim.activate()), both, transparency "
                              "(on the CPU with dmlshim against the CPU without) or all (default)")
@@ -866,7 +881,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the DirectML device: emulated (default) or directml (torch-directml's "
                              "device: a real GPU, or the real binary under `realdml run`)")
     parser.add_argument("--modules", metavar="REGEX", default="",
-                        help="transparency: only ModuleInfos whose name matches (default: all)")
+                        help="only ModuleInfos whose name matches (default: all, in the transparency "
+                             "mode only); given, raw and shim run them too ('.' for all)")
     parser.add_argument("--json", metavar="PATH", help="write counts and per-sample records to PATH")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="list the ops of each failure class with a message")
@@ -887,12 +903,14 @@ def main(args: argparse.Namespace) -> int:
             collected = collect(args.ops, dtypes, args.samples, progress)
             seconds = {"cpu": round(collected.seconds, 1)}
             op_cases = list(collected.cases)
-            if TRANSPARENCY in modes:
+            if TRANSPARENCY in modes or args.modules:
                 modules = collect_modules(args.modules or None, args.samples)
                 seconds["modules cpu"] = round(modules.seconds, 1)
                 collected.cases += modules.cases
                 collected.cpu_rejects += modules.cpu_rejects
                 collected.sample_errors += modules.sample_errors
+            if args.modules:      # named: the device modes run the ModuleInfo samples too
+                op_cases = collected.cases
             results = {}
             for mode in modes:
                 start = time.perf_counter()
@@ -908,15 +926,15 @@ def main(args: argparse.Namespace) -> int:
         return 2
     summary = summarize(collected, results)
     print(f"OpInfo conformance on the {_device_words(args.device)}, torch {torch.__version__}: "
-          f"{summary['total']} samples the CPU accepts ({', '.join(dtypes)}; first "
-          f"{args.samples} per OpInfo and dtype); seconds: "
+          f"{summary['total']} samples the CPU accepts ({', '.join(dtypes)}; "
+          f"{_samples_words(args.samples)} per OpInfo and dtype); seconds: "
           + ", ".join(f"{k} {v}" for k, v in seconds.items()))
     print(format_table(summary))
     if args.verbose:
         print(format_details(collected.cases, results))
     if args.json:
         options = {"ops": args.ops, "modules": args.modules, "dtypes": dtypes, "device": args.device,
-                   "samples": args.samples, "modes": modes}
+                   "samples": "all" if args.samples is None else args.samples, "modes": modes}
         write_json(to_json(collected, results, summary, seconds, options), args.json)
     gated = "shim" if "shim" in modes else modes[0]
     rate = summary["modes"][gated]["rate"] * 100
@@ -924,6 +942,20 @@ def main(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- helpers
+
+def _samples(text: str) -> Optional[int]:
+    """``--samples``: a count, or ``all`` (None: every sample OpInfo yields)."""
+    if text == "all":
+        return None
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("a count of 1 or more, or all")
+    return n
+
+
+def _samples_words(samples: Optional[int]) -> str:
+    return "all samples" if samples is None else f"first {samples}"
+
 
 def _tree_map(fn, obj):
     """``fn`` over every leaf of nested tuples, lists and dicts (containers rebuilt)."""

@@ -145,13 +145,14 @@ def _conformance_files(reverse=False):
 def _lane_name(d):
     """``2.4.1`` for an emulator lane; the real binary's run says so, with its sample count."""
     torch = d["torch"].split("+")[0]
+    samples = d["options"]["samples"]
     if "criterion" not in d:
-        return torch
+        return torch if samples != "all" else f"{torch}, every sample"
     c = d["criterion"]
-    return (f"{torch}, real torch-directml 0.2.5 (realdml stack, first {d['options']['samples']} "
-            f"samples per OpInfo and dtype; with dmlshim {100 * c['real_rate']:.2f} % vs the "
-            f"emulator's {100 * c['emulator_rate']:.2f} % over the {c['samples']:,} samples both ran "
-            f"and the stack translated, from `{c['emulator_file']}`)")
+    samples = "every sample" if samples == "all" else f"first {samples} samples"
+    return (f"{torch}, real torch-directml 0.2.5 (realdml stack, {samples} per OpInfo and dtype; with "
+            f"dmlshim {100 * c['real_rate']:.2f} % vs the emulator's {100 * c['emulator_rate']:.2f} % over "
+            f"the {c['samples']:,} samples both ran and the stack translated, from `{c['emulator_file']}`)")
 
 
 def _parity(c):

@@ -331,3 +331,25 @@ def test_ties_in_another_order_are_close_and_only_ties(dml_device, monkeypatch):
     top = torch.tensor([3.0, 2.0])
     assert verdict("topk", (top, torch.tensor([4, 0])), (top, torch.tensor([4, 2])), args=(2,)) == "close"
     assert verdict("topk", (top, torch.tensor([4, 0])), (top, torch.tensor([4, 1])), args=(2,)) == "wrong_values"
+
+
+# ---------------------------------------------------------------- every sample, modules on the device
+
+def test_samples_all_and_exact_skips():
+    """``--samples all`` takes every sample; a skip entry ending in ``$`` names one sample
+    (``#4$`` is not ``#40``), any other is a prefix."""
+    assert conformance._samples("all") is None and conformance._samples("3") == 3
+    assert len(conformance.collect(r"^add$", ["float32"], samples=None).cases) > 4
+    assert conformance._skipped("shim:sort.:float32#4", "shim:sort.:float32#4$")
+    assert not conformance._skipped("shim:sort.:float32#40", "shim:sort.:float32#4$")
+    assert conformance._skipped("shim:sort.:float32#40", "shim:sort.:")
+    assert not conformance._skipped("shim:sort.:float32#40", "")
+
+
+def test_module_samples_run_on_the_device(dml_device):
+    """ModuleInfo samples in the device modes: the module made on the CPU, moved to the
+    device (``_ModuleCall.on``), its forward compared with the CPU's."""
+    modules = conformance.collect_modules(r"^nn\.Linear$", samples=2)
+    assert modules.cases and all(c.kind == "module" for c in modules.cases)
+    results = conformance.run_mode(modules.cases, "shim")
+    assert {r.cls for r in results} == {"match"}

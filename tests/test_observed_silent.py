@@ -408,7 +408,9 @@ RULE_OPS = {"adaptive_pool": ("_adaptive_avg_pool2d",), "masked_select_broadcast
 RULE_TEXT = {"conv_transpose_padding": "output_padding", "avg_pool_ceil": "last window",
              # pow's rules: int_broadcast's, empty_unary's, bool_exp2's, int_pow_zero's
              "int_broadcast": "different ranks", "empty_unary": "of an empty input", "bool_exp2": "gives ones",
-             "int_pow_zero": "int32 maximum", "int_range": "32 bits"}
+             "int_pow_zero": "int32 maximum", "int_range": "32 bits",
+             # constant_pad_nd's: pad_negative's and pad_value's (test_conformance_all.py)
+             "pad_negative": "pad with"}
 
 
 def _rules_of(name):

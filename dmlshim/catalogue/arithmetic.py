@@ -48,6 +48,13 @@ def _vector_norm(device):
     return torch.linalg.vector_norm(x, 3, 1), x
 
 
+def _empty_reduction(device):
+    """`sum` over the empty dimension of a 0x3 tensor, after a ramp of 64 values written
+    (the defect: three of them)."""
+    (torch.arange(64.0) - 7).to(device).mul(3)
+    return torch.sum(torch.empty(0, 3).to(device), 0)
+
+
 def _cdist(device):
     """`cdist` of two 2x3 ramps, p = 1 (the defect: a [2, 3] result)."""
     x = torch.arange(6.0).view(2, 3)
@@ -83,4 +90,9 @@ DEFECTS: Tuple[Defect, ...] = (
            "_cdist_forward (cdist with p != 2) of inputs that are not 3-D: a 2-D pair read as a batch of "
            "rows of scalars (shape [P, M]) or 'The size of tensor a must match' (silent or refused)",
            case_probe(_cdist), ("cdist",), found=MEASURED, rules=("_cdist_not_3d",)),
+    # found by conformance over every OpInfo sample (issue 40, docs/conformance.md)
+    Defect("empty_reduction", "none", NO_REPORT,
+           "sum over an empty dimension, prod/mean/norm/logsumexp of an empty input return device memory "
+           "never written (silent)", case_probe(_empty_reduction), ("empty_reduction",), found=MEASURED,
+           rules=("_empty_reduced", "_empty_summed")),
 )

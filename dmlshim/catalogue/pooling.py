@@ -58,6 +58,14 @@ def _avg_pool_ceil(device):
     return F.avg_pool1d(torch.arange(1.0, 10.0).view(1, 1, 9).to(device), 3, 3, 1, ceil_mode=True)
 
 
+def _pad_value(device):
+    """`constant_pad_nd` of a 1x3 ramp by (1, 1) with 0, then with 2.0 (the defect: 0 both
+    times). Value 0 first: the fix pads with 0 only, so the operator the probe leaves behind
+    agrees with it."""
+    x = (torch.arange(3.0).view(1, 3) + 10).to(device)
+    return torch.constant_pad_nd(x, (1, 1), 0.0), torch.constant_pad_nd(x, (1, 1), 2.0)
+
+
 def _max_pool_ceil(device):
     """`max_pool2d` of a 1x1x3x6 ramp, kernel 3, stride 2, `ceil_mode=True`."""
     return torch.nn.functional.max_pool2d(torch.arange(18.0).view(1, 1, 3, 6).to(device), 3, 2,
@@ -100,4 +108,9 @@ DEFECTS: Tuple[Defect, ...] = (
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", case_probe(_max_pool_ceil), ("max_pool_ceil",), found=MEASURED,
            rules=("_ceil_mode",)),
+    # found by conformance over every OpInfo sample (issue 40, docs/conformance.md)
+    Defect("pad_value", "none", NO_REPORT,
+           "constant_pad_nd (F.pad 'constant') keeps the pad value of its first call per input shape, pads "
+           "and dtype (silent); an empty input refused (CreateOperator)", case_probe(_pad_value), ("pad_value",),
+           found=MEASURED, rules=("_pad_value_cached", "constant_pad_nd _pad_of_empty")),
 )

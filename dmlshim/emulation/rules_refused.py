@@ -820,6 +820,8 @@ def refused_cases():
         *(dict(op=name, when=_no_dim_no_correction, replace=_population(getattr(torch.ops.aten, name.split(".")[0]).correction),
                source=SOURCE.format(f"{name} over every dimension without a correction divides by n (silent)"))
           for name in ("var.correction", "std_mean.correction")),
+        # before int_range's, which answers every sort: conformance_all_cases at the end of this module
+        *conformance_all_cases(),
         # after int_broadcast's, int_pow_zero's ...: the first rule whose `when` holds answers
         dict(op=_int_range_ops(), bind=_dml_integers,
              source=BY_HAND.format("integer add/sub/mul with a number, neg, pow, // and %, mm in float32 "
@@ -875,4 +877,83 @@ def refused_cases():
         dict(op=FALLBACK_OUT_OPS, when=_empty_out, replace=_outs_unchanged,
              source=SOURCE.format("torch-directml's CPU fallback does not grow an empty out= "
                                   "(eye, kthvalue, median(dim) ... return shape [0]; silent)")),
+    ]
+
+
+# ---------------------------------------------------------------- every OpInfo sample (issue 40)
+# Found by conformance over every OpInfo sample (docs/conformance.md): sort_scalar, pad_value,
+# empty_reduction (dmlshim.catalogue's indexing, pooling, arithmetic).
+
+def _zero_dim_sort(self, *_, **__):
+    return self.dim() == 0
+
+
+def _dml_zero_dim_sort(self, *_, values=None, indices=None, **__):
+    """The real binary's ``sort`` of a 0-dim tensor: the outs never written (0 there); its
+    ``sort.stable`` reaches ``sort.values_stable`` with new ones, the emulator's need not."""
+    if values is None:
+        return (_backend.to_device(torch.zeros((), dtype=self.dtype)),
+                _backend.to_device(torch.zeros((), dtype=torch.int64)))
+    values.resize_(()).zero_()
+    indices.resize_(()).zero_()
+    return values, indices
+
+
+# the real binary's constant_pad_nd operators, per input shape, pads and dtype: the first value
+_PAD_VALUES: dict = {}
+
+
+def _pad_value_cached(self, pad, value=0):
+    """A ``constant_pad_nd`` whose shape, pads and dtype padded before with another value."""
+    first = _PAD_VALUES.setdefault((tuple(self.shape), tuple(int(p) for p in pad), self.dtype), value)
+    return first != value
+
+
+def _dml_cached_pad(self, pad, value=0):
+    """The real binary's answer: padded with the first call's value."""
+    first = _PAD_VALUES[(tuple(self.shape), tuple(int(p) for p in pad), self.dtype)]
+    op = torch.ops.aten.constant_pad_nd.default
+    return _backend.run_on_cpu(op, (self, pad, first), {})
+
+
+def _pad_of_empty(self, *_, **__):
+    return self.numel() == 0
+
+
+# packet names: every overload of each (``sum`` is ``sum.default``, ``sum.dim_IntList`` ...)
+EMPTY_REDUCTIONS = ("sum", "nansum", "prod", "mean", "linalg_vector_norm", "norm.Scalar", "norm.ScalarOpt_dim",
+                    "logsumexp")
+
+
+def _empty_reduced(self, *_, **__):
+    return self.numel() == 0
+
+
+def _empty_summed(self, *_, **__):
+    """``sum`` of an empty input but an empty 1-D tensor (right on the real binary)."""
+    return self.numel() == 0 and self.dim() != 1
+
+
+def _never_written(rule, op):
+    """The real binary's answer: the CPU's shape and dtype, memory never written (7 here)."""
+    def replace(*args, **kwargs):
+        return _backend.run_on_cpu(op, args, kwargs, kernel=lambda *a, **k: op(*a, **k).fill_(7))
+    return dataclasses.replace(rule, replace=replace)
+
+
+def conformance_all_cases():
+    """The rules of the defects conformance found past the first 4 samples per OpInfo."""
+    return [
+        dict(op=("sort", "sort.stable", "sort.values", "sort.values_stable"), when=_zero_dim_sort,
+             replace=_dml_zero_dim_sort,
+             source=SOURCE.format("sort of a 0-dim tensor gives 0 (silent; its invalid returned "
+                                  "tensors, which end the process when read, not modelled)")),
+        *(dict(op=name, when=_empty_summed if name == "sum" else _empty_reduced, bind=_never_written,
+               source=SOURCE.format(f"{name} of an empty input returns memory never written (silent)"))
+          for name in EMPTY_REDUCTIONS),
+        dict(op="constant_pad_nd", when=_pad_of_empty, message=CREATE_OPERATOR,
+             source=SOURCE.format("constant_pad_nd of an empty input")),
+        dict(op="constant_pad_nd", when=_pad_value_cached, replace=_dml_cached_pad,
+             source=SOURCE.format("constant_pad_nd keeps the pad value of its first call per input "
+                                  "shape, pads and dtype (silent)")),
     ]

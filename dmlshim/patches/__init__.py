@@ -146,6 +146,16 @@ REGISTRY: Tuple[Patch, ...] = (
                            "upsampling) is silently wrong (measured on the real 0.2.5 binary): on the CPU"),
     Patch("masked_select", "masked_select with an input that broadcasts to the mask comes back too short "
                            "(measured on the real 0.2.5 binary): both expanded first, on the device"),
+    Patch("empty_reduction", "sum/prod/mean/norm/logsumexp of an empty input return device memory never "
+                             "written (measured on the real 0.2.5 binary): on the CPU",
+          # before the fixes that share its overloads (vector_norm's linalg_vector_norm, norm),
+          # so an empty input never reaches their device kernels
+          before=("vector_norm",)),
+    Patch("sort_scalar", "sort of a 0-dim tensor gives 0, of a 0-dim or empty one returns invalid tensors "
+                         "that end the process when read (measured on the real 0.2.5 binary): on the CPU",
+          # before int_range's, which answers every int64 sort on the device (the emulator's
+          # rules keep the same order)
+          before=("int_range",)),
     Patch("pad_negative", "replication_pad with a negative begin pad is silently wrong, constant_pad_nd "
                           "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
     Patch("pad_zero", "constant_pad_nd with every pad 0 returns an uninitialised tensor (measured on the "
@@ -203,6 +213,12 @@ REGISTRY: Tuple[Patch, ...] = (
                          "binary): cast back to bool, on the device"),
     Patch("flip_dims", "flip with a negative dimension or of a 0-dim tensor ends the process (measured on "
                        "the real 0.2.5 binary): the dimension counted from 0, on the device"),
+    Patch("pad_value", "constant_pad_nd keeps the pad value of its first call per shape, pads and dtype, "
+                       "refuses an empty input (measured on the real 0.2.5 binary): padded with 0, the value "
+                       "by masked_fill, on the device; an empty input on the CPU",
+          # pad_negative hands its cropped call of mixed signs on to it (_select.pass_on);
+          # pad_zero answers every pad of 0s first (this one's own pad of 0s would be that call)
+          after=("pad_negative", "pad_zero")),
     Patch("bmm_cpu_operand", "bmm/baddbmm with a CPU operand end the process (measured on the real 0.2.5 "
                          "binary): torch's error for operands on two devices, before the kernel"),
     Patch("batched_tril_triu", "tril/triu of a batch of matrices keep the wrong diagonals (measured on "

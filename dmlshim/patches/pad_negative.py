@@ -66,7 +66,11 @@ def _mixed_signs(op, keyset, args, kwargs):
     pad = [int(p) for p in args[1]]
     if not (min(pad) < 0 < max(pad)):
         return None
-    return _cropped(args[0], pad, args[2:], kwargs)
+    fixed = _cropped(args[0], pad, args[2:], kwargs)
+    if fixed is None:
+        return None
+    # the fixes after this one see the cropped call too (pad_value's: a value other than 0)
+    return Done(_select.pass_on(op, keyset, *fixed, after=_mixed_signs))
 
 
 _kernels = _select.Kernels({_aten.replication_pad1d.default: _negative_begin,

@@ -33,7 +33,8 @@ OUT = {_aten.linalg_vector_norm.default: _aten.linalg_vector_norm.out, _aten.nor
 
 def _shape(self, dim, keepdim) -> list:
     """The result's shape (``dim`` None or empty: every dimension)."""
-    dims = {d % self.dim() for d in dim} if dim else set(range(self.dim()))
+    # a 0-dim tensor takes dim 0 or -1, as one of a single dimension (no modulo by zero)
+    dims = {d % max(self.dim(), 1) for d in dim} if dim else set(range(self.dim()))
     return [1 if i in dims else size for i, size in enumerate(self.shape) if keepdim or i not in dims]
 
 
