@@ -33,12 +33,13 @@ def gate(monkeypatch, request):
     dmlshim.deactivate()
 
 
-def _python_kernel_calls(fn) -> int:
-    """How many calls of a Python function in dmlshim's kernel modules ``fn()`` makes."""
+def _python_kernel_calls(fn, where=lambda path: path.endswith(KERNEL_FILES)) -> int:
+    """How many calls of a Python function in dmlshim's kernel modules (or in the files
+    ``where(path)`` picks) ``fn()`` makes."""
     calls = []
 
     def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.endswith(KERNEL_FILES):
+        if event == "call" and where(frame.f_code.co_filename):
             calls.append(frame.f_code.co_name)
     sys.setprofile(profile)
     try:
@@ -171,17 +172,7 @@ FRONTED = {
 
 
 def _python_calls_in_dmlshim(fn) -> int:
-    calls = []
-
-    def profile(frame, event, arg):
-        if event == "call" and "dmlshim" in frame.f_code.co_filename:
-            calls.append(frame.f_code.co_name)
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(calls)
+    return _python_kernel_calls(fn, where=lambda path: "dmlshim" in path)
 
 
 @pytest.mark.parametrize("mode", ["compiled", "python"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import ranges
 from . import _select
 from .dispatcher import Done, below
 
@@ -22,11 +23,17 @@ def _value_kept(op, keyset, args, kwargs):
     value = args[2] if len(args) > 2 else kwargs.get("value", 0)
     if x.numel() == 0:
         return _select.on_cpu(op, args, kwargs)
-    if value == 0:
-        return (x, pad, 0), {}
+    if value == 0:                    # what every call the fix makes pads with: nothing to do
+        return None
     padded = op.redispatch(below(keyset), x, pad, 0)
     inside = op.redispatch(below(keyset), torch.ones_like(x, dtype=torch.bool), pad, 0)
-    return Done(padded.masked_fill(inside.logical_not(), value))
+    span = ranges.known_span(x)          # integer ids padded with an id keep a range, no read
+    if span is not None:
+        ranges.remember(padded, (min(span[0], 0), max(span[1], 0)))
+    result = padded.masked_fill(inside.logical_not(), value)
+    if span is not None and float(value).is_integer():
+        ranges.remember(result, (min(span[0], int(value)), max(span[1], int(value))))
+    return Done(result)
 
 
 _kernels = _select.Kernels({_aten.constant_pad_nd.default: _value_kept})
