@@ -240,27 +240,26 @@ def bench_table(name, pattern=None):
     return "\n".join(out)
 
 
-def zoo_table(name):
-    """examples/zoo.py's model table: a row per family, its columns in the file's order."""
+def _rows_table(name, caption):
+    """A file's rows as a table, its columns in the file's order, under ``caption(extra)``."""
     d = _load(name)
     extra, rows = d.get("extra", {}), d["rows"]
     columns = list(rows[0]) if rows else []
-    return "\n".join([f"{_source(name, d)}; {extra.get('device', '')}, {extra.get('numerics', '?')} "
-                      f"numerics, parity profile '{extra.get('profile', '?')}'.", "",
+    return "\n".join([f"{_source(name, d)}; {caption(extra)}", "",
                       "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                     + ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows])
+                     + ["| " + " | ".join(_cell(str(r.get(c, ""))) for c in columns) + " |" for r in rows])
+
+
+def zoo_table(name):
+    """examples/zoo.py's model table: a row per family."""
+    return _rows_table(name, lambda e: f"{e.get('device', '')}, {e.get('numerics', '?')} numerics, "
+                                       f"parity profile '{e.get('profile', '?')}'.")
 
 
 def syncs_table(name):
-    """benchmarks/model_syncs.py's table: a row per reference model, its columns in the file's
-    order."""
-    d = _load(name)
-    extra, rows = d.get("extra", {}), d["rows"]
-    columns = list(rows[0]) if rows else []
-    return "\n".join([f"{_source(name, d)}; {extra.get('device', '')}, median of "
-                      f"{extra.get('repeat', '?')} runs each side.", "",
-                      "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                     + ["| " + " | ".join(_cell(str(r.get(c, ""))) for c in columns) + " |" for r in rows])
+    """benchmarks/model_syncs.py's table: a row per reference model."""
+    return _rows_table(name, lambda e: f"{e.get('device', '')}, median of {e.get('repeat', '?')} "
+                                       f"runs each side.")
 
 
 def doctor_table(names):
