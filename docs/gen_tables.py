@@ -240,7 +240,7 @@ def bench_table(name, pattern=None):
     return "\n".join(out)
 
 
-def _rows_table(name, caption):
+def _file_table(name, caption):
     """A file's rows as a table, its columns in the file's order, under ``caption(extra)``."""
     d = _load(name)
     extra, rows = d.get("extra", {}), d["rows"]
@@ -252,13 +252,13 @@ def _rows_table(name, caption):
 
 def zoo_table(name):
     """examples/zoo.py's model table: a row per family."""
-    return _rows_table(name, lambda e: f"{e.get('device', '')}, {e.get('numerics', '?')} numerics, "
+    return _file_table(name, lambda e: f"{e.get('device', '')}, {e.get('numerics', '?')} numerics, "
                                        f"parity profile '{e.get('profile', '?')}'.")
 
 
 def syncs_table(name):
     """benchmarks/model_syncs.py's table: a row per reference model."""
-    return _rows_table(name, lambda e: f"{e.get('device', '')}, median of {e.get('repeat', '?')} "
+    return _file_table(name, lambda e: f"{e.get('device', '')}, median of {e.get('repeat', '?')} "
                                        f"runs each side.")
 
 
