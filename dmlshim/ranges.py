@@ -19,14 +19,9 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-Span = Tuple[int, int]
+from .laws.integers import Span, integral  # noqa: F401  (integral: the ranges' dtypes, re-exported)
 # id -> (weak reference, version, span, exact: the least and greatest values themselves, not a bound)
 _known: Dict[int, Tuple[weakref.ref, int, Span, bool]] = {}
-
-
-def integral(dtype: torch.dtype) -> bool:
-    """An integer dtype (not bool)."""
-    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
 def known_span(t: torch.Tensor) -> Optional[Span]:

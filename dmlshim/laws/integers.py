@@ -87,8 +87,15 @@ def _matrix_product(spans, args, kwargs):
     return _symmetric(bound + (abs(kwargs.get("beta", 1)) * _magnitude(bias[0]) if bias else 0))
 
 
-def _unchanged(spans, args, kwargs):
+def union(spans) -> Optional[Span]:
+    """The least span holding every one of ``spans``; None if one is unknown (None)."""
+    if any(s is None for s in spans):
+        return None
     return (min(s[0] for s in spans), max(s[1] for s in spans))
+
+
+def _unchanged(spans, args, kwargs):
+    return union(spans)
 
 
 def put_span(spans, args, kwargs):

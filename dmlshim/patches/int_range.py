@@ -232,8 +232,8 @@ def _concatenated(op, args, kwargs, result) -> None:
     if not isinstance(result, torch.Tensor) or result.is_cpu or not integral(result.dtype):
         return
     spans = [_unread_span(t) for t in args[0] if t.numel()]
-    if spans and all(spans):
-        remember(result, (min(s[0] for s in spans), max(s[1] for s in spans)))
+    if spans:
+        remember(result, integers.union(spans))
 
 
 def _indexed(op, args, kwargs, result) -> None:
@@ -324,7 +324,7 @@ def _setitem(func, args, kwargs):
     if self._base is not None or not self.is_contiguous() or not past_32_bits(value):
         if type(value) is int:          # copied over, its range known: torch's own device
             value = torch.tensor(value, dtype=self.dtype).to(self.device)   # scalar is not
-        after = _union(known_span(self), _unread_span(value))
+        after = integers.union([known_span(self), _unread_span(value)])
         func(self, index, value)
         remember(self, after)           # at the write's version, which moved in func
         return "pass", None
@@ -335,14 +335,6 @@ def _setitem(func, args, kwargs):
     values = value.to(self.device).expand(places.shape).reshape(-1)
     self.view(-1).index_put_((places.reshape(-1).to(self.device),), values)
     return "flat index_put_", None
-
-
-def _union(before: Optional[Span], written: Optional[Span]) -> Optional[Span]:
-    """A tensor's span after ``x[i] = v``: its span before and the values', where both are
-    known (a write of some places never leaves their union)."""
-    if before is None or written is None:
-        return None
-    return (min(before[0], written[0]), max(before[1], written[1]))
 
 
 def _in_place(law, place: int = 1):
@@ -360,7 +352,7 @@ def _in_place(law, place: int = 1):
             after = law([before, by], args, {})
             remember(self, after)
             if base is not None:
-                remember(base, _union(whole, after))
+                remember(base, integers.union([whole, after]))
         return "pass", result
     return handler
 
@@ -371,16 +363,19 @@ _IN_PLACE = {"__iadd__": _in_place(integers._sum), "__isub__": _in_place(integer
              "masked_fill_": _in_place(integers._unchanged, place=2)}
 
 
-def _integer_on(target: str):
+def _on(target: str, dtype_ok):
+    """A wrapper's select: the instance a ``target`` device tensor whose dtype ``dtype_ok``."""
     def select(instance, args, kwargs):
-        return not instance.is_cpu and integral(instance.dtype) and instance.device.type == target
+        return not instance.is_cpu and dtype_ok(instance.dtype) and instance.device.type == target
     return select
+
+
+def _integer_on(target: str):
+    return _on(target, integral)
 
 
 def _int64_on(target: str):
-    def select(instance, args, kwargs):
-        return not instance.is_cpu and instance.dtype == torch.int64 and instance.device.type == target
-    return select
+    return _on(target, lambda dtype: dtype == torch.int64)
 
 
 _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},

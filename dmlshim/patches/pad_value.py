@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import ranges
+from ..laws import integers
 from . import _select
 from .dispatcher import Done, below
 
@@ -28,11 +29,10 @@ def _value_kept(op, keyset, args, kwargs):
     padded = op.redispatch(below(keyset), x, pad, 0)
     inside = op.redispatch(below(keyset), torch.ones_like(x, dtype=torch.bool), pad, 0)
     span = ranges.known_span(x)          # integer ids padded with an id keep a range, no read
-    if span is not None:
-        ranges.remember(padded, (min(span[0], 0), max(span[1], 0)))
+    ranges.remember(padded, integers.union([span, (0, 0)]))
     result = padded.masked_fill(inside.logical_not(), value)
-    if span is not None and float(value).is_integer():
-        ranges.remember(result, (min(span[0], int(value)), max(span[1], int(value))))
+    if float(value).is_integer():
+        ranges.remember(result, integers.union([span, (int(value), int(value))]))
     return Done(result)
 
 
