@@ -220,3 +220,111 @@ def test_calls_of_other_values_reach_the_wrappers(gate, dml_device, assert_parit
     moved = torch.randn(2, dtype=torch.float64).to(dml_device)     # float64 transfer: dtypes' wrapper
     assert moved.device == dml_device
     assert torch.cat([x.to(dml_device), torch.empty(0, 4, device=dml_device)]).shape == (3, 4)
+
+
+# device calls none of whose fixes acts: the gate's watch (each fix's _gate.Watch) keeps them
+# in C++ on the emulated device with every defect (and so every fix) on
+DEVICE_CALLS = {
+    "a * b": lambda a, m, w, i: a * b_of(a),
+    "a + b": lambda a, m, w, i: a + 1.5,
+    "a - b, broadcast": lambda a, m, w, i: m - a[:4],
+    "view": lambda a, m, w, i: a.view(2, 4),
+    "a[1:]": lambda a, m, w, i: a[1:],
+    "torch.cat": lambda a, m, w, i: torch.cat([a, a]),
+    "F.linear": lambda a, m, w, i: torch.nn.functional.linear(m, w),
+    "torch.matmul": lambda a, m, w, i: torch.matmul(m, w),
+    "F.conv1d": lambda a, m, w, i: torch.nn.functional.conv1d(m.view(1, 4, 4), w.view(4, 4, 1)),
+    "to(float16)": lambda a, m, w, i: a.to(torch.float16),
+    "clone": lambda a, m, w, i: m.clone(),
+    "sum": lambda a, m, w, i: m.sum(0),
+}
+
+
+def b_of(a):
+    return a
+
+
+def _device_values(d):
+    torch.manual_seed(0)
+    return (torch.randn(8).to(d), torch.randn(4, 4).to(d), torch.randn(4, 4).to(d),
+            torch.arange(8).to(d))
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+@pytest.mark.parametrize("call", list(DEVICE_CALLS))
+def test_device_calls_with_nothing_to_fix_run_no_python_kernel(gate, call, dml_device, assert_same):
+    values = _device_values(dml_device)
+    assert _python_kernel_calls(lambda: DEVICE_CALLS[call](*values)) == 0
+    cpu = [v.cpu() for v in values]
+    assert_same(DEVICE_CALLS[call](*values), DEVICE_CALLS[call](*cpu))
+
+
+# a device call each fix may act on: the watch sends it to the Python kernel
+WATCHED = {
+    "an integer operand (int_range)": lambda a, m, w, i: i + 1,
+    "a bool number (mul)": lambda a, m, w, i: a * True,
+    "a bool tensor (mul)": lambda a, m, w, i: a * (a > 0),
+    "an empty input (cat)": lambda a, m, w, i: torch.ops.aten.cat.default([a, a[:0]]),
+    "mixed dtypes, ranks differ (int_broadcast)": lambda a, m, w, i: m + a[:4].half(),
+    "a view of an offset view (offset_views)": lambda a, m, w, i: a[1:].view(7, 1),
+    "a view in inference mode (inference_mode)": lambda a, m, w, i: _in_inference(lambda: m.view(16)),
+    "CPU indices (index)": lambda a, m, w, i: a[torch.tensor([1, 0])],
+    "a channels-last clone (channels_last)": lambda a, m, w, i: m.view(1, 1, 4, 4).clone(
+        memory_format=torch.channels_last),
+    "a copy to the CPU (the model's read, counted)": lambda a, m, w, i: a.cpu(),
+    "an empty reduction (empty_reduction)": lambda a, m, w, i: m[:0].sum(0),
+    "a transposed convolution's output padding": lambda a, m, w, i: torch.nn.functional.conv_transpose1d(
+        m.view(1, 4, 4), w.view(4, 4, 1), stride=2, output_padding=1),
+}
+
+
+def _in_inference(fn):
+    with torch.inference_mode():
+        return fn()
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+@pytest.mark.parametrize("case", list(WATCHED))
+def test_device_calls_a_fix_may_act_on_reach_the_python_kernel(gate, case, dml_device, assert_parity):
+    values = _device_values(dml_device)
+    assert _python_kernel_calls(lambda: WATCHED[case](*values)) > 0
+    assert_parity(WATCHED[case](*values), WATCHED[case](*[v.cpu() for v in values]))
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_views_the_gate_makes_at_an_offset_alias_their_base(gate, dml_device, assert_same):
+    """``x[1:]`` of a root is made in C++ and marked (offset_views' anchor, the base): a view
+    of it, then, is made from the base by the Python fix, and a write through it reaches ``x``
+    (the emulator's rule for failure_modes.md #62 copies otherwise)."""
+    x = torch.zeros(8)
+    xd = x.to(dml_device)
+    tail = xd[1:]
+    assert _python_kernel_calls(lambda: xd[1:]) == 0
+    anchor, offset = _gate.anchored(tail)
+    assert anchor is xd and offset == 1
+    tail[2:4].view(2).fill_(5.0)
+    x[1:][2:4].view(2).fill_(5.0)
+    assert_same(xd, x)
+
+
+def test_a_watch_unites_its_fixes_and_a_retry_of_a_write_is_always():
+    integers = _gate.Watch(dtypes=_gate.INTEGERS)
+    union = integers | _gate.Watch(empty=True, numbers=frozenset({torch.bool}))
+    assert union.dtypes == _gate.INTEGERS and union.empty and union.numbers == {torch.bool}
+    assert torch.int64 in _gate.INTEGERS and torch.bool in _gate.INTEGERS and torch.float16 not in _gate.INTEGERS
+    assert _gate.ALWAYS.flags() == 1 and _gate.Watch(catch=True).flags() == 1 << 6
+
+    @_gate.watching(_gate.Watch(catch=True))
+    def retry(op, keyset, args, kwargs):
+        return None
+
+    told = []
+
+    class Registration:
+        def watch(self, flags, dtypes, numbers):
+            told.append(flags)
+
+    _gate.set_watch(Registration(), torch.ops.aten.mm.default, [retry])
+    _gate.set_watch(Registration(), torch.ops.aten.mm.out, [retry])       # writes out=
+    _gate.set_watch(Registration(), torch.ops.aten.mm.default, [lambda *a: None])   # declares nothing
+    assert told == [1 << 6, (1 << 6) | 1, 1]

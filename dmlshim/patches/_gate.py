@@ -10,6 +10,11 @@ a tensor or a ``device=`` of the target device to the Python kernel (registered 
 a compiler (most Windows machines), or with ``DMLSHIM_GATE=python``, the Python kernel
 sits at BackendSelect itself, as before.  Both paths run the same Python kernel, so a fix
 behaves the same; docs/performance.md has what each costs.
+
+A device call goes to the Python kernel only where one of its fixes may act: each fix
+declares what it looks at (:func:`watching`, a :class:`Watch`), the gate holds the union of
+its overload's fixes' watches, and a device call that meets none of them is redispatched in
+C++ as a CPU call is.  A fix that declares nothing is watched on every device call.
 """
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ import functools
 import logging
 import os
 import warnings
-from typing import Optional
+from dataclasses import dataclass, fields
+from typing import Callable, FrozenSet, Iterable, Optional, Union
 
 import torch
 
@@ -33,6 +39,100 @@ def _extension():
     ext = cpp_build.build("dmlshim_gate", SOURCE)
     ext.set_special(islands.SPECIAL)        # a call holding one of these is not plain (the front)
     return ext
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a fix looks at on a device call: the call goes to the Python kernel if one of
+    these holds (``csrc/gate.cpp``'s ``Scan``), else it is redispatched in C++ unfixed.
+
+    ``dtypes``: a tensor argument (not a Python number) or a ``dtype=`` of one of these.
+    ``numbers``: a Python number of one of these (``x * True``: bool; a wrapped number).
+    ``mixed``: tensors of rank > 0 of different dtypes.  ``empty``: a tensor with no element.
+    ``view``: inference mode on, or ``self`` a view, an inference tensor or with a storage
+    offset, or ``as_strided``'s ``storage_offset`` another than ``self``'s.  ``off_target``:
+    a tensor on another device.  ``device_arg``: a ``device=`` argument.  ``catch``: the call
+    runs in C++ and an error goes to the Python kernel (``refused``'s retry; in place and
+    boxed overloads: every call).  ``memory_format``: one other than ``preserve_format``.
+    ``set_bool``: a bool argument that is True (``convolution``'s ``transposed``).
+    ``always``: every device call (what a fix that declares nothing gets).
+    """
+
+    dtypes: FrozenSet[torch.dtype] = frozenset()
+    numbers: FrozenSet[torch.dtype] = frozenset()
+    mixed: bool = False
+    empty: bool = False
+    view: bool = False
+    off_target: bool = False
+    device_arg: bool = False
+    catch: bool = False
+    memory_format: bool = False
+    set_bool: bool = False
+    always: bool = False
+
+    def __or__(self, other: "Watch") -> "Watch":
+        return Watch(self.dtypes | other.dtypes, self.numbers | other.numbers,
+                     **{f.name: getattr(self, f.name) or getattr(other, f.name) for f in fields(self)[2:]})
+
+    def flags(self) -> int:
+        """The C++ gate's bits (``csrc/gate.cpp``: kAlways ... kSetBool, in field order)."""
+        return sum(1 << i for i, name in enumerate(_FLAGS) if getattr(self, name))
+
+
+_FLAGS = ("always", "mixed", "empty", "view", "off_target", "device_arg", "catch", "memory_format", "set_bool")
+ALWAYS = Watch(always=True)
+NOTHING = Watch()
+# integer and bool dtypes: what the integer fixes (int_range, int_broadcast ...) look at
+INTEGERS: FrozenSet[torch.dtype] = frozenset(
+    d for d in (getattr(torch, n) for n in dir(torch)) if isinstance(d, torch.dtype)
+    and not (d.is_floating_point or d.is_complex))
+
+WatchOf = Union[Watch, Callable[[torch._ops.OpOverload], Watch]]
+
+
+def watching(watch: WatchOf):
+    """Declare what a fix (or a dispatcher hook) looks at: ``watch``, or ``watch(op)`` for
+    the overload it is registered for.  A fix without it is watched on every device call."""
+    def mark(fix):
+        fix.__dmlshim_watch__ = watch
+        return fix
+    return mark
+
+
+def watch_of(fix, op) -> Watch:
+    """What ``fix`` declared for ``op`` (:func:`watching`), or :data:`ALWAYS`."""
+    watch = getattr(fix, "__dmlshim_watch__", ALWAYS)
+    return watch if isinstance(watch, Watch) else watch(op)
+
+
+def set_watch(registration, op, fixes: Iterable) -> None:
+    """The gate ``registration`` of ``op`` told the union of ``fixes``' watches (nothing for
+    the Python gate, ``registration`` None).  ``catch`` on an overload that writes its first
+    argument (in place, ``out=``) becomes ``always``: a retry after a partial write is not
+    the call's."""
+    if registration is None:
+        return
+    union = NOTHING
+    for fix in fixes:
+        union = union | watch_of(fix, op)
+    first = op._schema.arguments[0].alias_info if op._schema.arguments else None
+    if union.catch and (first is not None and first.is_write or any(a.is_out for a in op._schema.arguments)):
+        union = union | ALWAYS
+    registration.watch(union.flags(), sorted(union.dtypes, key=str), sorted(union.numbers, key=str))
+
+
+def mark_anchored(view: torch.Tensor, anchor: torch.Tensor, offset: int) -> None:
+    """Tell the gate that ``view`` holds ``offset`` (elements) of ``anchor`` inside
+    DirectML's tensor (``offset_views``): its view ops then go to the Python kernel.
+    Nothing without a gate."""
+    if _extension.cache_info().currsize:
+        _extension().mark_anchored(view, anchor, offset)
+
+
+def anchored(t: torch.Tensor):
+    """``(anchor, offset)`` the gate's ``as_strided`` gave ``t`` when it made it in C++ (or
+    :func:`mark_anchored`): the anchor None where it has gone; ``(None, 0)`` for any other."""
+    return _extension().anchored(t) if _extension.cache_info().currsize else (None, 0)
 
 
 def extension(mode: str = "auto"):

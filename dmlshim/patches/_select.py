@@ -20,6 +20,7 @@ from typing import Dict, Tuple
 import torch
 
 from .. import fallback, trace
+from . import _gate
 from .dispatcher import Done, Fix, at_backend_select, backend_key, below, fix_kernel
 
 
@@ -160,6 +161,7 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "
             _gates[op] = at_backend_select(library, op, fix_kernel(op, _run_chain, backend, aside=aside),
                                            target, gate)
             _libraries[op] = library
+        _gate.set_watch(_gates[op], op, _chains[op])
     return True
 
 
@@ -171,6 +173,7 @@ def unregister(table: Dict[torch._ops.OpOverload, Fix]) -> None:
             chain.remove(fix)
         if chain:
             _chains[op] = tuple(chain)
+            _gate.set_watch(_gates.get(op), op, _chains[op])
             continue
         _chains.pop(op, None)
         registration = _gates.pop(op, None)

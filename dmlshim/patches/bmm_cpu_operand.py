@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from . import _select
+from . import _gate, _select
 
 _aten = torch.ops.aten
 OVERLOADS = (_aten.bmm.default, _aten.bmm.out, _aten.baddbmm.default, _aten.baddbmm_.default,
              _aten.baddbmm.out)
 
 
+@_gate.watching(_gate.Watch(off_target=True))
 def _refused(op, keyset, args, kwargs):
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     devices = {str(t.device) for t in tensors}

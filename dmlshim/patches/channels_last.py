@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch._prims_common import is_contiguous_for_memory_format
 
-from . import _select
+from . import _gate, _select
 from ._wrap import PatchSet
 from .dispatcher import Done
 
@@ -46,6 +46,7 @@ def _to_copy_to(target: str):
     device in a channels-last format: made by :func:`_made`.  From one to the CPU: the real
     binary's copy gives the source's strides whatever the format (failure_modes.md #64's
     rebinding), so the CPU result is restrided when they differ."""
+    @_gate.watching(_gate.Watch(memory_format=True))
     def fix(op, args, kwargs):
         fmt = kwargs.get("memory_format")
         if fmt is None or fmt is torch.preserve_format or _select.aside():
@@ -66,6 +67,7 @@ def _to_copy_to(target: str):
     return fix
 
 
+@_gate.watching(_gate.Watch(memory_format=True))
 def _clone(op, keyset, args, kwargs):
     if kwargs.get("memory_format") not in FORMATS:
         return None
@@ -73,6 +75,7 @@ def _clone(op, keyset, args, kwargs):
     return _made(op(_meta(self), memory_format=kwargs["memory_format"]), self.device, self)
 
 
+@_gate.watching(_gate.Watch(memory_format=True))
 def _empty_like(op, keyset, args, kwargs):
     if kwargs.get("memory_format") not in FORMATS or kwargs.get("layout") not in (None, torch.strided):
         return None

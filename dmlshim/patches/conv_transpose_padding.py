@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done
 
 _aten = torch.ops.aten
@@ -51,6 +51,7 @@ def _geometry(a):
     return n, stride, dilation, padding, extra, whole
 
 
+@_gate.watching(_gate.Watch(set_bool=True))
 def _forward(op, keyset, args, kwargs):
     a = _bound(_FORWARD, args, kwargs)
     if not padded(a):

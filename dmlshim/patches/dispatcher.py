@@ -51,15 +51,29 @@ after_hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict, objec
 
 def add_hook(base: str, fix, *, after: bool = False) -> None:
     """``fix`` asked by the net's kernels of ``base`` (``"mul"``, ``"_to_copy"``), or told
-    their results (``after``)."""
+    their results (``after``); the gates of those kernels watch what it declares
+    (``_gate.watching``)."""
     table = after_hooks if after else hooks
     if fix not in table[base]:
         table[base] += (fix,)
+    _rewatch(base)
 
 
 def remove_hook(base: str, fix, *, after: bool = False) -> None:
     table = after_hooks if after else hooks
     table[base] = tuple(f for f in table[base] if f is not fix)
+    _rewatch(base)
+
+
+def _rewatch(base: str) -> None:
+    """The net's gates of ``base`` (and of its in-place form, ``mul_``: ``_bool_operand`` asks
+    ``mul``'s hooks for it too) told what their fix and hooks now look at."""
+    for op, (registration, fix) in _watched.items():
+        name = op._schema.name.split("::", 1)[1]
+        if base in (name, name.rstrip("_")):
+            bases = {name, name.rstrip("_")}
+            _gate.set_watch(registration, op, (fix, *(f for b in bases for f in hooks.get(b, ())),
+                                               *(f for b in bases for f in after_hooks.get(b, ()))))
 
 
 def _hooked(base: str, op, args, kwargs):
@@ -75,6 +89,7 @@ def _bool_operand(inplace: bool) -> Fix:
     """mul's fix, ``mul.coerce_bool_operands``, behind a cheap test for a bool operand
     (the dispatcher passes ``self`` and ``other`` positionally); else the first answer of
     ``mul``'s :data:`hooks`."""
+    @_gate.watching(_gate.Watch(dtypes=frozenset({_BOOL}), numbers=frozenset({_BOOL}), empty=inplace))
     def fix(op, keyset, args, kwargs):
         if inplace and args[0].numel() == 0:
             return _empty_inplace(op, args, kwargs)
@@ -97,6 +112,7 @@ def _empty_inplace(op, args, kwargs):
     return Done(args[0], record=False)
 
 
+@_gate.watching(_gate.Watch(off_target=True))
 def _device_indices(op, keyset, args, kwargs):
     """``index``/``_index_put_impl_`` with CPU index tensors: the indices moved to
     ``self``'s device (``indices`` is a list of optional tensors); then, for
@@ -111,6 +127,7 @@ def _device_indices(op, keyset, args, kwargs):
     return fixed
 
 
+@_gate.watching(_gate.Watch(empty=True))
 def _drop_empty(op, keyset, args, kwargs):
     """``cat`` with an empty input: the empty inputs dropped (``cat.drop_empty`` keeps
     the CPU's result dtype and shape)."""
@@ -179,6 +196,7 @@ def _always(home, args, kwargs):
     return args, kwargs
 
 
+@_gate.watching(_gate.Watch(dtypes=islands.NEVER_HELD | {torch.float64}))
 def _to_copy_makes(home, args, kwargs):
     """``_to_copy`` to the device of a dtype it cannot hold: complex/bf16 from anywhere,
     float64 cast on the device (a CPU float64 *transfer* is the ``dtypes`` patch's float32
@@ -190,6 +208,7 @@ def _to_copy_makes(home, args, kwargs):
     return None
 
 
+@_gate.watching(_gate.Watch(dtypes=frozenset({torch.float64})))
 def _float64_factory(home, args, kwargs):
     """A float64 factory on a device without float64 (``linalg.pinv``/``matrix_rank`` make
     their tolerance with ``at::full(..., kDouble)``): made on the CPU."""
@@ -313,6 +332,7 @@ KEY = "BackendSelect"
 _BELOW = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
 _library = None
 _gates: list = []              # the compiled gate's registrations in front of _library's kernels
+_watched: dict = {}            # op -> (its gate's registration, its fix): the gates _rewatch tells
 _held: set = set()             # the FIXES overloads whose kernel is registered
 
 
@@ -471,6 +491,7 @@ def _autograd_island_kernel(op, backend, target: str, name: str):
     return kernel
 
 
+@_gate.watching(_gate.Watch(device_arg=True))
 def _read_by_model(op, args, kwargs, result) -> None:
     """``_to_copy``'s after-hook: a copy of a device tensor to the CPU outside the shim's own
     work is a device-to-host read the model made (``trace.synced``)."""
@@ -530,6 +551,7 @@ def install(ctx: Context) -> None:
     on = lambda op: ctx.enabled(gate(op))               # noqa: E731
     for op, fix in filter(lambda item: on(item[0]), FIXES.items()):
         _gates.append(at_backend_select(library, op, fix_kernel(op, fix, backend), ctx.target, ctx.gate))
+        _watched[op] = (_gates[-1], fix)
         _held.add(op)
     for op, makes in filter(lambda item: on(item[0]), ISLANDS.items()):
         name = op.name()
@@ -537,6 +559,7 @@ def install(ctx: Context) -> None:
         # (_with_device_key; the compiled gate adds the device's key as they do)
         _gates.append(at_backend_select(library, op, _island_kernel(op, makes, backend, ctx.target, name),
                                         ctx.target, ctx.gate, always=op in _FROM_ISLANDS))
+        _watched[op] = (_gates[-1], makes)
         if _at_autograd_too(op, makes):              # stands in for torch's autograd kernel
             library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
                          "Autograd" + backend.name, with_keyset=True)
@@ -554,6 +577,8 @@ def install(ctx: Context) -> None:
         for key in ("Autograd" + backend.name, backend.name):
             library.impl(name.split("::", 1)[1], kernel, key)
     _library = library
+    for base in {op._schema.name.split("::", 1)[1] for op in _watched}:
+        _rewatch(base)
 
 
 def holds(op) -> bool:
@@ -564,6 +589,7 @@ def holds(op) -> bool:
 def uninstall() -> None:
     global _library
     _held.clear()
+    _watched.clear()
     remove_hook("_to_copy", _read_by_model, after=True)
     while _gates:
         registration = _gates.pop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _select
+from . import _gate, _select
 
 _aten = torch.ops.aten
 OVERLOADS = (_aten.sum.default, _aten.sum.dim_IntList, _aten.nansum.default, _aten.prod.default,
@@ -18,6 +18,7 @@ OVERLOADS = (_aten.sum.default, _aten.sum.dim_IntList, _aten.nansum.default, _at
              _aten.norm.Scalar, _aten.norm.ScalarOpt_dim, _aten.logsumexp.default)
 
 
+@_gate.watching(_gate.Watch(empty=True))
 def _empty_input(op, keyset, args, kwargs):
     self = args[0] if args else kwargs["self"]
     if self.numel():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..laws.empty import empty
-from . import _select
+from . import _gate, _select
 
 _aten = torch.ops.aten
 FUNCTIONAL = (_aten.log2.default, _aten.log10.default, _aten.sinc.default, _aten.bitwise_not.default,
@@ -24,6 +24,7 @@ OUT = (_aten.log2.out, _aten.log10.out, _aten.sinc.out, _aten.bitwise_not.out, _
 OPS = FUNCTIONAL + IN_PLACE + OUT
 
 
+@_gate.watching(_gate.Watch(empty=True))
 def _on_cpu(op, keyset, args, kwargs):
     if not empty(args):
         return None

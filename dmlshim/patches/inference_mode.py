@@ -14,10 +14,11 @@ from __future__ import annotations
 import torch
 
 from ..dml_ops import aten_op, view_kernels
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done, below
 
 
+@_gate.watching(_gate.Watch(view=True))
 def _normal_view(op, keyset, args, kwargs):
     if not torch.is_inference_mode_enabled() or args[0].is_inference():
         return None

@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from ..laws.integers import fractional
-from . import _select
+from . import _gate, _select
 
 _aten = torch.ops.aten
 OPS = (_aten.addmm.default, _aten.addmm_.default, _aten.baddbmm.default, _aten.baddbmm_.default)
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def _truncated(op, keyset, args, kwargs):
     alpha, beta = kwargs.get("alpha", 1), kwargs.get("beta", 1)
     if not fractional(args[0], alpha, beta):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..laws.broadcast import INTEGER_OPS, OPS, ranks_differ
-from . import _select
+from . import _gate, _select
 
 _aten = torch.ops.aten
 
@@ -35,6 +35,7 @@ def leading_ones(a, b) -> tuple:
     return tuple(t[(None,) * (rank - t.dim())] for t in (a, b))
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS, mixed=True))
 def _same_rank(op, keyset, args, kwargs):
     """The failing case's operands at one rank (:func:`leading_ones`)."""
     a, b = args[0], args[1]
@@ -43,6 +44,7 @@ def _same_rank(op, keyset, args, kwargs):
     return leading_ones(a, b) + tuple(args[2:]), kwargs
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS, mixed=True))
 def mul_fix(op, args, kwargs):
     """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix)."""
     return _same_rank(op, None, args, kwargs)

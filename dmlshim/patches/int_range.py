@@ -34,7 +34,7 @@ from .. import fallback, trace
 from ..laws import integers
 from ..laws.integers import RULES, Span
 from ..ranges import forget, forget_all, integral, known_exactly, known_span, remember
-from . import _select
+from . import _gate, _select
 from ._wrap import PatchSet
 
 _aten = torch.ops.aten
@@ -114,6 +114,7 @@ def _unread_span(t: torch.Tensor) -> Optional[Span]:
     return _span(t) if t.is_cpu else known_span(t)
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS, device_arg=True))
 def _copied_over(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``_to_copy``: a small integer CPU tensor copied to
     the device gives its span on the CPU, without a read; a cast on the device keeps a bool's
@@ -141,6 +142,7 @@ def _operand_span(value) -> Optional[Span]:
     return (int(value), int(value)) if isinstance(value, int) else None
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def _spanned(op, keyset, args, kwargs):
     """An integer op the defect leaves exact (``laws.integers.SPANS``: ``&``, ``|``,
     ``cumsum``, the fills that end ``torch.zeros``/``ones``): on the device as it is, its
@@ -174,6 +176,7 @@ _NOT_A_BOUND = {_aten.clamp.default, _aten.clamp_.default, _aten.clamp_min.defau
                 _aten.clamp_max.default, _aten.clamp_max_.default, _aten.diag_embed.default}
 
 
+@_gate.watching(lambda op: _gate.ALWAYS if op in _SORTS else _gate.Watch(dtypes=_gate.INTEGERS))
 def _guarded(op, keyset, args, kwargs):
     """The call on the CPU when its values leave the exact span, else on the device, its
     result's span kept (:func:`remember`): the law's, or where the call is exact anyway (two
@@ -226,6 +229,7 @@ def _index_span(x: torch.Tensor, dim) -> Span:
     return (0, max(size - 1, 0))
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def _concatenated(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``cat``: a concatenation of integer tensors whose
     ranges are all known has their union (a decoder's growing token list)."""
@@ -236,6 +240,7 @@ def _concatenated(op, args, kwargs, result) -> None:
         remember(result, integers.union(spans))
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def _indexed(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``index`` (``x[mask]``, ``x[idx]``): its values are
     among ``x``'s, so they have ``x``'s range where that is known."""
@@ -243,6 +248,7 @@ def _indexed(op, args, kwargs, result) -> None:
         remember(result, known_span(args[0]))
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def _within_source(op, keyset, args, kwargs):
     """``index``/``gather``/``index_select``/``flip`` of an integer tensor whose range is
     known: its values are among the source's, so the result has the source's range (a
@@ -256,6 +262,7 @@ def _within_source(op, keyset, args, kwargs):
     return _select.Done(result, record=False)
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def _multiplied(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``mul``: an integer product's span from its
     operands' (read, if at all, by ``net_fix`` before), as ``_guarded`` keeps its own."""
@@ -286,6 +293,7 @@ def _indices(op, keyset, args, kwargs):
 _INDICES = (_aten.argmax.default, _aten.argmin.default, _aten.max.dim, _aten.min.dim)
 
 
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def net_fix(op, args, kwargs):
     """``mul``'s and ``_index_put_impl_``'s fix for the dispatcher net's kernels (None:
     nothing to fix)."""

@@ -27,7 +27,7 @@ import torch
 
 from .. import trace
 from ..dml_ops import aten_op, view_kernels
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done
 
 _aten = torch.ops.aten
@@ -42,14 +42,22 @@ _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default)
 
 def anchor_of(t: torch.Tensor) -> Tuple[torch.Tensor, int]:
     """``(anchor, offset)``: the tensor ``t`` aliases and ``t``'s offset there, in elements;
-    ``(t, 0)`` for a tensor dmlshim saw no view op make."""
-    return getattr(t, _KEY, None) or (t, 0)
+    ``(t, 0)`` for a tensor dmlshim saw no view op make.  A view the compiled gate made at an
+    offset (``as_strided`` of a tensor with none, in C++) has the gate's record: its ``self``
+    as anchor, held weakly there, or where that has gone, the view's base."""
+    kept = getattr(t, _KEY, None)
+    if kept:
+        return kept
+    anchor, offset = _gate.anchored(t)
+    anchor = anchor if anchor is not None else t._base
+    return (anchor, offset) if offset and anchor is not None else (t, 0)
 
 
 def _remember(results, anchor: torch.Tensor, offsets) -> None:
     for t, offset in zip(results, offsets):
         if offset:
             setattr(t, _KEY, (anchor, offset))
+            _gate.mark_anchored(t, anchor, offset)   # its view ops go to Python (the gate's watch)
 
 
 def _meta_geometry(op, args, kwargs):
@@ -78,6 +86,7 @@ def _as_strided_delta(args, kwargs) -> int:
     return 0 if offset is None else int(offset) - self.storage_offset()
 
 
+@_gate.watching(lambda op: _gate.ALWAYS if op in _SPLITS else _gate.Watch(view=True))
 def _rebuilt(op, keyset, args, kwargs):
     """The fix: a view op of a tensor with an offset, and every split, from the anchor."""
     self = args[0]

@@ -23,7 +23,7 @@ from typing import Dict, List, Tuple
 import torch
 
 from .. import errors
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done, below
 
 _aten = torch.ops.aten
@@ -35,6 +35,7 @@ def _on_cpu(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs)
 
 
+@_gate.watching(_gate.Watch(catch=True))
 def _retry(op, keyset, args, kwargs):
     """The device first; a DirectML-class error runs the call on the CPU (the CPU's own
     error, if it has one, is what the caller sees, as without DirectML)."""

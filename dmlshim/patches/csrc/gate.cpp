@@ -9,6 +9,14 @@
 // registered for it at the trampoline key (FPGA: below BackendSelect, a functionality
 // key no tensor carries, with no backend bits, so the fixes' keyset.has(backend) reads
 // the call's own devices).
+//
+// A device call whose fixes would all pass it through need not enter Python either.  Each
+// gate holds a Watch, set from Python (_gate.Watch: the union of what its overload's fixes
+// look at): the cheap tests of the arguments under which some fix may act (an integer or
+// bool tensor, tensors of different dtypes, an empty one, a view, a memory_format ...).  A
+// device call that meets none of them is redispatched below at once, as a CPU call is; the
+// rest go to the Python kernel.  A new gate watches everything (every device call to Python)
+// until Python says what its fixes look at.
 #include <torch/extension.h>
 #include <torch/library.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -17,9 +25,13 @@
 #include <torch/csrc/Dtype.h>
 #include <structmember.h>
 
+#include <atomic>
 #include <bitset>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
 #include <string>
 #include <unordered_map>
 
@@ -31,22 +43,203 @@ using c10::DispatchKeySet;
 constexpr DispatchKey kTrampoline = DispatchKey::FPGA;
 const DispatchKeySet kBelow(DispatchKeySet::FULL_AFTER, DispatchKey::BackendSelect);
 
+// What a gate's fixes look at on a device call (_gate.Watch has the meaning of each bit).
+enum : uint32_t {
+  kAlways = 1u << 0,      // every device call goes to Python
+  kMixed = 1u << 1,       // tensors of rank > 0 of different dtypes
+  kEmpty = 1u << 2,       // a tensor with no element
+  kView = 1u << 3,        // inference mode, or self anchored (Anchored), or as_strided at an offset
+  kOffTarget = 1u << 4,   // a tensor on another device (not a wrapped number)
+  kDeviceArg = 1u << 5,   // a device= argument
+  kCatch = 1u << 6,       // an error of the call goes to Python (its retry)
+  kFormat = 1u << 7,      // a memory_format= other than preserve_format
+  kSetBool = 1u << 8,     // a bool argument that is true (convolution's transposed)
+};
+
+struct Watch {
+  std::atomic<uint32_t> flags{kAlways};
+  std::atomic<uint64_t> dtypes[2] = {0, 0};   // tensor dtypes and dtype= values watched
+  std::atomic<uint64_t> numbers[2] = {0, 0};  // the dtypes of Python numbers (wrapped) watched
+
+  static bool has(const std::atomic<uint64_t>* bits, c10::ScalarType type) {
+    const auto i = static_cast<size_t>(type);
+    return i < 128 && ((bits[i / 64].load(std::memory_order_relaxed) >> (i % 64)) & 1u);
+  }
+  bool dtype(c10::ScalarType type) const { return has(dtypes, type); }
+  bool number(c10::ScalarType type) const { return has(numbers, type); }
+};
+
+// The views whose offset DirectML keeps inside them (patches/offset_views.py: a view op of
+// one must be made from its anchor, in Python): view -> its anchor (weakly: the Python fix
+// falls back on the view's base) and its offset there, in elements.  Python marks the views
+// it makes (mark_anchored), the as_strided gate those it passes on.  An entry's weak pointer
+// keeps its TensorImpl's memory (not its storage), so no other tensor takes that address
+// while the entry lives; entries whose tensor has gone are swept now and then.
+class Anchored {
+ public:
+  void add(const at::Tensor& view, const at::Tensor& anchor, int64_t offset) {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (++added_ % 4096 == 0) sweep();
+    views_.insert_or_assign(view.unsafeGetTensorImpl(),
+                            Entry{Weak(view.getIntrusivePtr()), Weak(anchor.getIntrusivePtr()), offset});
+  }
+  int64_t offset(const at::Tensor& t) {
+    std::lock_guard<std::mutex> guard(lock_);
+    const auto found = views_.find(t.unsafeGetTensorImpl());
+    return found == views_.end() || found->second.view.expired() ? 0 : found->second.offset;
+  }
+  // (anchor or an undefined tensor where it has gone, offset); offset 0 for a view not here
+  std::tuple<at::Tensor, int64_t> anchor(const at::Tensor& t) {
+    std::lock_guard<std::mutex> guard(lock_);
+    const auto found = views_.find(t.unsafeGetTensorImpl());
+    if (found == views_.end() || found->second.view.expired()) return {at::Tensor(), 0};
+    auto anchor = found->second.anchor.lock();
+    return {anchor ? at::Tensor(std::move(anchor)) : at::Tensor(), found->second.offset};
+  }
+
+ private:
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Entry {
+    Weak view, anchor;
+    int64_t offset;
+  };
+  void sweep() {
+    for (auto it = views_.begin(); it != views_.end();) it = it->second.view.expired() ? views_.erase(it) : std::next(it);
+  }
+  std::mutex lock_;
+  std::unordered_map<const c10::TensorImpl*, Entry> views_;
+  size_t added_ = 0;
+};
+
+Anchored& anchored() {
+  static auto* table = new Anchored();   // never destroyed: kernels may run during exit
+  return *table;
+}
+
+// One pass over a device call's arguments: whether Python must see it.
+struct Scan {
+  const Watch& watch;
+  uint32_t flags;
+  c10::DeviceType target;
+  bool python = false;
+  bool first = true;              // the next tensor is self
+  c10::SymInt self_offset{0};
+  c10::SymInt delta{0};           // as_strided's storage_offset less self's (kView)
+  int8_t dtype = -1;              // the dtype of the tensors of rank > 0 so far (kMixed)
+
+  void tensor(const at::Tensor& t) {
+    if (python || !t.defined()) return;
+    const auto* impl = t.unsafeGetTensorImpl();
+    if (impl->has_symbolic_sizes_strides()) { python = true; return; }   // a tracer's: Python decides
+    const bool self = first;
+    first = false;
+    const auto type = t.scalar_type();
+    if (impl->is_wrapped_number()) {                       // a Python number: no device operand
+      if (watch.number(type)) python = true;
+      return;
+    }
+    if (watch.dtype(type)) { python = true; return; }
+    if ((flags & kOffTarget) && t.device().type() != target) { python = true; return; }
+    if ((flags & kEmpty) && t.numel() == 0) { python = true; return; }
+    if ((flags & kMixed) && t.dim() > 0) {
+      if (dtype < 0) dtype = static_cast<int8_t>(type);
+      else if (dtype != static_cast<int8_t>(type)) { python = true; return; }
+    }
+    if ((flags & kView) && self) {
+      if (anchored().offset(t) != 0) { python = true; return; }
+      self_offset = t.sym_storage_offset();
+    }
+  }
+  void visit(const at::Tensor& t) { tensor(t); }
+  void visit(const std::optional<at::Tensor>& t) { if (t) tensor(*t); }
+  void visit(const at::ITensorListRef& list) { for (const auto& t : list) tensor(t); }
+  void visit(const std::optional<c10::SymInt>& offset) {     // as_strided's storage_offset
+    if ((flags & kView) && offset) delta = *offset - self_offset;
+  }
+  void visit(const std::optional<c10::MemoryFormat>& format) {
+    if ((flags & kFormat) && format && *format != c10::MemoryFormat::Preserve) python = true;
+  }
+  void visit(bool value) { if ((flags & kSetBool) && value) python = true; }
+  template <class T>
+  void visit(const T&) {}
+
+  // a boxed call's arguments (schema positions of dtype and memory_format: -1 for none)
+  void boxed(const torch::jit::Stack& stack, size_t base, size_t n, int dtype_at, int format_at, int offset_at) {
+    for (size_t i = 0; i < n && !python; ++i) {
+      const auto& value = stack[base + i];
+      const int at = static_cast<int>(i);
+      if (value.isTensor()) tensor(value.toTensor());
+      else if (value.isTensorList()) { for (const auto& t : value.toTensorVector()) tensor(t); }
+      else if (value.isList()) {
+        for (const auto& item : value.toListRef()) if (item.isTensor()) tensor(item.toTensor());
+      }
+      else if (value.isDevice()) { if (flags & kDeviceArg) python = true; }
+      else if (at == dtype_at && value.isInt()) {
+        if (watch.dtype(static_cast<c10::ScalarType>(value.toInt()))) python = true;
+      }
+      else if (at == format_at && value.isInt()) {
+        if ((flags & kFormat) && value.toInt() != static_cast<int64_t>(c10::MemoryFormat::Preserve)) python = true;
+      }
+      else if (value.isBool()) visit(value.toBool());
+      else if (at == offset_at && !value.isNone() && (flags & kView)) python = true;
+    }
+  }
+};
+
+// Whether a device call of these typed arguments goes to Python.
+template <class... A>
+bool to_python(const Watch& watch, c10::DeviceType target, const A&... a) {
+  const auto flags = watch.flags.load(std::memory_order_relaxed);
+  if (flags & kAlways) return true;
+  if ((flags & kView) && c10::InferenceMode::is_enabled()) return true;
+  Scan scan{watch, flags, target};
+  (scan.visit(a), ...);
+  return scan.python;
+}
+
+// What a device call of these typed arguments needs: Python, or (as_strided) the offset
+// its view gets inside DirectML's tensor, to be marked.
+struct Verdict {
+  bool python;
+  c10::SymInt delta;
+};
+
+template <class First, class... Rest>
+at::Tensor first_tensor(const First& first, const Rest&...) {   // as_strided's self
+  if constexpr (std::is_same_v<First, at::Tensor>) return first;
+  else return at::Tensor();
+}
+
+template <class... A>
+Verdict verdict(const Watch& watch, c10::DeviceType target, DispatchKeySet ks, const A&... a) {
+  const auto flags = watch.flags.load(std::memory_order_relaxed);
+  if (flags & kAlways) return {true, 0};
+  if ((flags & kView) && c10::InferenceMode::is_enabled()) return {true, 0};
+  Scan scan{watch, flags, target};
+  (scan.visit(a), ...);
+  if (!scan.python && scan.delta.is_heap_allocated()) return {true, 0};
+  return {scan.python, scan.delta};
+}
+
 int position(const c10::FunctionSchema& schema, const char* name) {
   const auto index = schema.argumentIndexWithName(name);
   return index ? static_cast<int>(*index) : -1;
 }
 
 struct Gate final : c10::OperatorKernel {
-  Gate(const c10::FunctionSchema& schema, c10::DeviceType device_type, bool always, bool stands_in)
+  Gate(const c10::FunctionSchema& schema, c10::DeviceType device_type, bool always, bool stands_in,
+       std::shared_ptr<Watch> watch)
       : backend(c10::toBackendComponent(c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(device_type)))),
         device_type(device_type), always(always),
         stands_in(stands_in), arguments(schema.arguments().size()),
         dtype(position(schema, "dtype")), layout(position(schema, "layout")),
-        device(position(schema, "device")) {}
+        device(position(schema, "device")), memory_format(position(schema, "memory_format")),
+        storage_offset(position(schema, "storage_offset")),
+        watch(std::move(watch)) {}
 
   void operator()(const c10::OperatorHandle& op, DispatchKeySet ks, torch::jit::Stack* stack) {
     const auto base = stack->size() - arguments;
-    if (always || ks.has_backend(backend) || device_is_target(*stack, base)) {
+    if (always || ((ks.has_backend(backend) || device_is_target(*stack, base)) && to_python(*stack, base))) {
       op.redispatchBoxed((ks & kBelow) | DispatchKeySet(kTrampoline), stack);   // the Python kernel
       return;
     }
@@ -57,6 +250,15 @@ struct Gate final : c10::OperatorKernel {
       ks = ks - c10::impl::tls_local_dispatch_key_set().excluded_;
     }
     op.redispatchBoxed(ks & kBelow, stack);
+  }
+
+  bool to_python(const torch::jit::Stack& stack, size_t base) const {
+    const auto flags = watch->flags.load(std::memory_order_relaxed);
+    if (flags & (kAlways | kCatch)) return true;      // a boxed call's arguments are gone after an error
+    if ((flags & kView) && c10::InferenceMode::is_enabled()) return true;
+    Scan scan{*watch, flags, device_type};
+    scan.boxed(stack, base, arguments, dtype, memory_format, storage_offset);
+    return scan.python;
   }
 
   bool device_is_target(const torch::jit::Stack& stack, size_t base) const {
@@ -75,13 +277,17 @@ struct Gate final : c10::OperatorKernel {
   c10::DeviceType device_type;
   bool always, stands_in;
   size_t arguments;
-  int dtype, layout, device;
+  int dtype, layout, device, memory_format, storage_offset;
+  std::shared_ptr<Watch> watch;
 };
 
-// One registration: destroy() (or the object's end) removes the kernel.
+// One registration: destroy() (or the object's end) removes the kernel; watch() sets what
+// its fixes look at on a device call.
 struct Registration {
   std::unique_ptr<torch::Library> library;
+  std::shared_ptr<Watch> watching;
   void destroy() { library.reset(); }
+  void watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers);
 };
 
 struct Quiet final : c10::WarningHandler {
@@ -92,7 +298,8 @@ Registration gate(const std::string& op_name, const std::string& overload, const
                   bool always) {
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(op_name.c_str(), overload.c_str());
   const bool stands_in = handle.hasKernelForDispatchKey(DispatchKey::BackendSelect);
-  auto kernel = std::make_unique<Gate>(handle.schema(), c10::Device(device_type).type(), always, stands_in);
+  auto watch = std::make_shared<Watch>();
+  auto kernel = std::make_unique<Gate>(handle.schema(), c10::Device(device_type).type(), always, stands_in, watch);
   auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", std::nullopt,
                                                   __FILE__, __LINE__);
   {
@@ -104,7 +311,7 @@ Registration gate(const std::string& op_name, const std::string& overload, const
     library->impl(name.c_str(), torch::dispatch(DispatchKey::BackendSelect,
                                                 torch::CppFunction::makeFromBoxedFunctor(std::move(kernel))));
   }
-  return Registration{std::move(library)};
+  return Registration{std::move(library), std::move(watch)};
 }
 
 // The typed gate: the same routing as Gate, unboxed, for the overloads that CPU models
@@ -116,12 +323,29 @@ struct Typed;
 
 template <class R, class... A>
 struct Typed<R(A...)> {
-  static torch::CppFunction kernel(const c10::OperatorHandle& handle, c10::BackendComponent backend) {
+  static torch::CppFunction kernel(const c10::OperatorHandle& handle, c10::BackendComponent backend,
+                                   c10::DeviceType target, std::shared_ptr<Watch> watch) {
     // typed<>() checks the signature against the operator's C++ one (throws if it differs)
     auto op = handle.typed<R(A...)>();
-    return torch::CppFunction([op, backend](DispatchKeySet ks, A... a) -> R {
-      const auto below = ks.has_backend(backend) ? (ks & kBelow) | DispatchKeySet(kTrampoline) : ks & kBelow;
-      return op.redispatch(below, a...);
+    return torch::CppFunction([op, backend, target, watch](DispatchKeySet ks, A... a) -> R {
+      const auto below = ks & kBelow;
+      if (!ks.has_backend(backend)) return op.redispatch(below, a...);
+      const auto python = below | DispatchKeySet(kTrampoline);
+      const auto found = verdict(*watch, target, ks, a...);
+      if (found.python) return op.redispatch(python, a...);
+      if constexpr (std::is_same_v<R, at::Tensor>) {
+        if (found.delta != 0) {   // as_strided at an offset: the view marked (offset_views)
+          auto view = op.redispatch(below, a...);
+          anchored().add(view, first_tensor(a...), found.delta.guard_int(__FILE__, __LINE__));
+          return view;
+        }
+      }
+      if (!(watch->flags.load(std::memory_order_relaxed) & kCatch)) return op.redispatch(below, a...);
+      try {
+        return op.redispatch(below, a...);
+      } catch (const std::exception&) {   // the Python kernel's retry (refused: on the CPU) or its error
+        return op.redispatch(python, a...);
+      }
     });
   }
 };
@@ -129,7 +353,8 @@ struct Typed<R(A...)> {
 using at::Tensor;
 using c10::Scalar;
 using c10::SymIntArrayRef;
-using Register = torch::CppFunction (*)(const c10::OperatorHandle&, c10::BackendComponent);
+using Register = torch::CppFunction (*)(const c10::OperatorHandle&, c10::BackendComponent, c10::DeviceType,
+                                        std::shared_ptr<Watch>);
 
 template <class Sig>
 Register typed() {
@@ -179,11 +404,12 @@ const std::unordered_map<std::string, Register>& typed_gates() {
   return gates;
 }
 
-Registration registered(const std::string& op_name, const std::string& overload, torch::CppFunction kernel) {
+Registration registered(const std::string& op_name, const std::string& overload, torch::CppFunction kernel,
+                        std::shared_ptr<Watch> watch) {
   auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", std::nullopt, __FILE__, __LINE__);
   const auto name = overload.empty() ? op_name.substr(6) : op_name.substr(6) + "." + overload;
   library->impl(name.c_str(), torch::dispatch(DispatchKey::BackendSelect, std::move(kernel)));
-  return Registration{std::move(library)};
+  return Registration{std::move(library), std::move(watch)};
 }
 
 // The typed gate of op for device_type, or None where it has none (then gate()).
@@ -193,9 +419,10 @@ std::optional<Registration> typed_gate(const std::string& op_name, const std::st
   if (found == typed_gates().end()) return std::nullopt;
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(op_name.c_str(), overload.c_str());
   if (handle.hasKernelForDispatchKey(DispatchKey::BackendSelect)) return std::nullopt;   // stands in: boxed
-  const auto backend = c10::toBackendComponent(
-      c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(device_type)));
-  return registered(op_name, overload, found->second(handle, backend));
+  const auto target = c10::Device(device_type).type();
+  const auto backend = c10::toBackendComponent(c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(target)));
+  auto watch = std::make_shared<Watch>();
+  return registered(op_name, overload, found->second(handle, backend, target, watch), watch);
 }
 
 // The front: the compiled counterpart of dmlshim's Python-level wrappers (torch.cat,
@@ -341,13 +568,41 @@ void set_special(const py::iterable& dtypes) {
   }
 }
 
+void set_bits(std::atomic<uint64_t>* bits, const py::iterable& dtypes) {
+  uint64_t set[2] = {0, 0};
+  for (const auto& dtype : dtypes) {
+    if (!THPDtype_Check(dtype.ptr())) throw py::type_error("watch: torch.dtype expected");
+    const auto i = static_cast<size_t>(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+    if (i >= 128) throw py::value_error("watch: dtype index past 127");
+    set[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  bits[0].store(set[0]);
+  bits[1].store(set[1]);
+}
+
+void Registration::watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers) {
+  watching->flags.store(kAlways);                  // every call to Python while the rest changes
+  set_bits(watching->dtypes, dtypes);
+  set_bits(watching->numbers, numbers);
+  watching->flags.store(flags);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  py::class_<Registration>(m, "Registration").def("destroy", &Registration::destroy);
+  py::class_<Registration>(m, "Registration")
+      .def("destroy", &Registration::destroy)
+      .def("watch", &Registration::watch, "What the fixes look at on a device call: flags (_gate.Watch), dtypes, numbers' dtypes");
   m.def("gate", &gate, "Register the gate at op's BackendSelect key for device_type");
   m.def("typed_gate", &typed_gate, "Register op's typed gate at BackendSelect for device_type, or None");
   m.attr("Front") = py::handle(front_type());
+  m.def("mark_anchored", [](const at::Tensor& view, const at::Tensor& anchor, int64_t offset) {
+          anchored().add(view, anchor, offset);
+        }, "Mark view as holding offset (elements) of anchor inside DirectML's tensor (offset_views)");
+  m.def("anchored", [](const at::Tensor& t) {
+          auto [anchor, offset] = anchored().anchor(t);
+          return std::make_tuple(anchor.defined() ? py::cast(anchor) : py::none(), offset);
+        }, "(anchor or None where it has gone, offset) that mark_anchored or the as_strided gate gave t; offset 0: none");
   m.def("set_special", &set_special, "The dtypes a plain call (the front's fast path) holds none of");
   m.def("below", [] { return kBelow - DispatchKeySet(kTrampoline); },
         "The keys under BackendSelect but the trampoline: a Python kernel's redispatch");
