@@ -19,6 +19,13 @@ with ``dmlshim.activate()``, then in the steady state:
   defects, ``emulation.configured(rules=[], has_float64_support=True)``) ÷ device ops.  It
   holds dmlshim's Python, the fixes' work (CPU islands included) and the emulator's rule
   checks, on this machine's CPU: an upper bound of what dmlshim adds, not a GPU figure.
+
+With ``--device directml`` (under ``python -m dmlshim realdml run --``, docs/realdml.md) the
+same models run on the real torch-directml 0.2.5 binary, and the baseline is the same model
+without ``activate()`` on it, run in a child process (a raw run may end the process); where
+the raw run fails, the row says how and gives dmlshim's time alone.  Lavapipe is a CPU, so
+only the ratio and the added µs per device op mean something there
+(``model_syncs-realdml.json``).
 """
 import argparse
 import contextlib
@@ -45,6 +52,7 @@ import zoo  # noqa: E402
 
 HEADER = ("model", "device ops", "CPU ops", "syncs: the model's", "syncs: dmlshim's",
           "bytes moved by dmlshim (h2d / d2h)", "added µs per device op")
+RAW = "raw seconds: "        # the child's answer (--raw)
 
 
 def _whisper_real(cache):
@@ -113,8 +121,9 @@ def seconds(run, repeat):
     return statistics.median(times)
 
 
-def measure(name, setup, device, repeat):
-    """One row: the counts of one steady-state run with ``activate()``, and the time added."""
+def measure(name, setup, device, repeat, baseline):
+    """One row: the counts of one steady-state run with ``activate()``, and the time added
+    over ``baseline(setup, device, repeat)``: ``(seconds, None)`` or ``(None, why not)``."""
     dmlshim.activate()
     try:
         with zoo.quiet():
@@ -129,21 +138,13 @@ def measure(name, setup, device, repeat):
             run()
     finally:
         dmlshim.deactivate()
-    base = None
-    with emulation.configured(rules=[], has_float64_support=True):   # a DirectML without defects
-        try:
-            with zoo.quiet():
-                bare = setup(device)
-                bare()
-            base = seconds(bare, repeat)
-        except Exception as exc:  # noqa: BLE001  (no kernel at all: e.g. a sparse buffer)
-            missing = f"no baseline: {type(exc).__name__} without dmlshim ({zoo.first_error(exc)})"
+    base, missing = baseline(setup, device, repeat)
     rows = report.rows
     cpu_ops = sum(r["actions"].get("cpu", 0) + r["actions"].get("island", 0) for r in rows)
     syncs = {who: sum(c["reads"] for c in ops.values()) for who, ops in report.syncs.items()}
     ops = ", ".join(f"`{op}` {c['reads']}" for op, c in sorted(report.syncs["dmlshim"].items(),
                                                                key=lambda x: -x[1]["reads"]))
-    added = (f"{(shim - base) / counter.count * 1e6:.1f} ({shim:.2f} s − {base:.2f} s)"
+    added = (f"{(shim - base) / counter.count * 1e6:.1f} ({shim:.2f} s − {base:.2f} s, {shim / base:.2f}x)"
              if base is not None else f"{missing}; {shim:.2f} s with dmlshim")
     return {"model": name, "device ops": counter.count, "CPU ops": cpu_ops,
             "syncs: the model's": syncs["model"],
@@ -151,6 +152,42 @@ def measure(name, setup, device, repeat):
             "bytes moved by dmlshim (h2d / d2h)": f"{timing_bytes(sum(r['h2d'] for r in rows))} / "
                                                   f"{timing_bytes(sum(r['d2h'] for r in rows))}",
             "added µs per device op": added}
+
+
+def emulated_baseline(setup, device, repeat):
+    """The model on an emulated DirectML with none of its defects, without dmlshim."""
+    with emulation.configured(rules=[], has_float64_support=True):
+        try:
+            with zoo.quiet():
+                bare = setup(device)
+                bare()
+            return seconds(bare, repeat), None
+        except Exception as exc:  # noqa: BLE001  (no kernel at all: e.g. a sparse buffer)
+            return None, f"no baseline: {type(exc).__name__} without dmlshim ({zoo.first_error(exc)})"
+
+
+def raw_baseline(name):
+    """The model on the real binary without dmlshim, in a child process (``--raw``)."""
+    def baseline(setup, device, repeat):
+        import subprocess
+        command = [sys.executable, __file__, "--device", "directml", "--raw", "--repeat", str(repeat),
+                   "--only", name]
+        done = subprocess.run(command, capture_output=True, text=True)
+        answer = [line for line in done.stdout.splitlines() if line.startswith(RAW)]
+        if done.returncode == 0 and answer:
+            return float(answer[-1][len(RAW):]), None
+        why = (done.stderr.strip().splitlines() or [""])[-1][:160] if done.returncode > 0 else \
+            f"the process ended (signal {-done.returncode})"
+        return None, f"no raw run: {why}"
+    return baseline
+
+
+def raw_seconds(setup, device, repeat):
+    """The child's work: warm-up, then the median of ``repeat`` runs, without dmlshim."""
+    with zoo.quiet():
+        run = setup(device)
+        run()
+    print(f"{RAW}{seconds(run, repeat)}")
 
 
 def timing_bytes(n):
@@ -163,8 +200,15 @@ def main(argv=None):
     p.add_argument("--json", type=Path, metavar="PATH")
     p.add_argument("--repeat", type=int, default=3, help="timed runs of each side (median)")
     p.add_argument("--cache-dir", type=Path, default=None)
+    p.add_argument("--device", choices=("emulated", "directml"), default="emulated",
+                   help="the emulated device (default) or the real torch-directml (under realdml run)")
+    p.add_argument("--raw", action="store_true", help="(the child process) time the model without dmlshim")
     args = p.parse_args(argv)
-    device = emulation.install()
+    if args.device == "directml":
+        import torch_directml
+        device = torch_directml.device()
+    else:
+        device = emulation.install()
     dmlshim.activate()   # basicsr must first be imported with the shim active (gfpgan_restore.py)
     import gfpgan  # noqa: F401
     dmlshim.deactivate()
@@ -172,16 +216,23 @@ def main(argv=None):
     cache = args.cache_dir or Path(os.environ.get("DMLSHIM_CACHE") or Path.home() / ".cache" / "dmlshim")
     chosen = [(n, s) for n, s in models(cache)
               if not args.only or any(w.lower() in n.lower() for w in args.only)]
+    if args.raw:
+        for name, setup in chosen:
+            raw_seconds(setup, device, args.repeat)
+        return 0
     threads = torch.get_num_threads()
     rows = []
     for name, setup in chosen:
         print(f"running {name} ...", file=sys.stderr)
-        rows.append(measure(name, setup, device, args.repeat))
+        baseline = raw_baseline(name) if args.device == "directml" else emulated_baseline
+        rows.append(measure(name, setup, device, args.repeat, baseline))
         torch.set_num_threads(threads)  # AutoModel sets its own
         print("  " + "\n  ".join(f"{k}: {v}" for k, v in rows[-1].items()), file=sys.stderr)
     if args.json:
         timing.write_json(args.json, "model_syncs", rows,
-                          {"torch": torch.__version__, "device": "emulated DirectML",
+                          {"torch": torch.__version__,
+                           "device": "emulated DirectML" if args.device == "emulated"
+                           else "torch-directml 0.2.5 on lavapipe",
                            "repeat": args.repeat})
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
