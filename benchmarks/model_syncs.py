@@ -22,10 +22,14 @@ with ``dmlshim.activate()``, then in the steady state:
 
 With ``--device directml`` (under ``python -m dmlshim realdml run --``, docs/realdml.md) the
 same models run on the real torch-directml 0.2.5 binary, and the baseline is the same model
-without ``activate()`` on it, run in a child process (a raw run may end the process); where
-the raw run fails, the row says how and gives dmlshim's time alone.  Lavapipe is a CPU, so
-only the ratio and the added µs per device op mean something there
-(``model_syncs-realdml.json``).
+without ``activate()`` on it, run in a child process (a raw run may end the process).  Where
+the raw run fails, the baseline is ``activate()`` with only the fixes the model needs: the
+defects whose fixes did anything but pass a call through in the model's run with every fix
+(:func:`acted`, from ``report()``'s rows; a fix on an overload with several counts them all),
+the others switched off as if the probes had not seen their defects.  Its time is then what
+the rest of dmlshim adds (the unneeded fixes' kernels and wrappers, their watches), not
+what the needed ones cost.  Lavapipe is a CPU, so only the ratio and the added µs per
+device op mean something there (``model_syncs-realdml.json``).
 """
 import argparse
 import contextlib
@@ -123,12 +127,15 @@ def seconds(run, repeat):
 
 def measure(name, setup, device, repeat, baseline):
     """One row: the counts of one steady-state run with ``activate()``, and the time added
-    over ``baseline(setup, device, repeat)``: ``(seconds, None)`` or ``(None, why not)``."""
+    over ``baseline(setup, device, repeat, needed)``: ``(seconds, None)`` or ``(None, why
+    not)``; ``needed`` the defects whose fixes acted (:func:`acted`)."""
     dmlshim.activate()
     try:
+        dmlshim.trace.reset()
         with zoo.quiet():
             run = setup(device)
             run()                                     # warm-up: first-call caches, probes
+        needed = needed_defects(acted(dmlshim.report()))
         dmlshim.trace.reset()
         shim = seconds(run, 1)
         report = dmlshim.report()
@@ -138,14 +145,14 @@ def measure(name, setup, device, repeat, baseline):
             run()
     finally:
         dmlshim.deactivate()
-    base, missing = baseline(setup, device, repeat)
+    base, note = baseline(setup, device, repeat, needed)
     rows = report.rows
     cpu_ops = sum(r["actions"].get("cpu", 0) + r["actions"].get("island", 0) for r in rows)
     syncs = {who: sum(c["reads"] for c in ops.values()) for who, ops in report.syncs.items()}
     ops = ", ".join(f"`{op}` {c['reads']}" for op, c in sorted(report.syncs["dmlshim"].items(),
                                                                key=lambda x: -x[1]["reads"]))
-    added = (f"{(shim - base) / counter.count * 1e6:.1f} ({shim:.2f} s − {base:.2f} s, {shim / base:.2f}x)"
-             if base is not None else f"{missing}; {shim:.2f} s with dmlshim")
+    added = (f"{(shim - base) / counter.count * 1e6:.1f} ({shim:.2f} s − {base:.2f} s, {shim / base:.2f}x"
+             + (f"; {note})" if note else ")") if base is not None else f"{note}; {shim:.2f} s with dmlshim")
     return {"model": name, "device ops": counter.count, "CPU ops": cpu_ops,
             "syncs: the model's": syncs["model"],
             "syncs: dmlshim's": f"{syncs['dmlshim']}" + (f" ({ops})" if ops else ""),
@@ -154,7 +161,50 @@ def measure(name, setup, device, repeat, baseline):
             "added µs per device op": added}
 
 
-def emulated_baseline(setup, device, repeat):
+def acted(report):
+    """The fix names (registry patches, ``dispatcher:<gate>``, ``refused:<group>``) whose
+    kernels or wrappers did anything but pass a call through in ``report``'s rows: an aten
+    overload's row counts every fix on it, a wrapper's (``Tensor.__mul__``) every patch
+    that wrapped that attribute."""
+    from dmlshim.patches import REGISTRY, _select, dispatcher, refused
+    by_op = {}
+    for op, chain in _select._chains.items():
+        for fix in chain:
+            name = fix.__module__.rsplit(".", 1)[-1]
+            if name == "refused":
+                name = next(refused.fix_name(g) for g, ops in refused.GROUPS.items() if op in ops)
+            by_op.setdefault(op.name(), set()).add(name)
+    for op in (*dispatcher.FIXES, *dispatcher.ISLANDS):
+        by_op.setdefault(op.name(), set()).add(dispatcher.gate(op))
+    for patch in REGISTRY:
+        patches = getattr(sys.modules.get(f"dmlshim.patches.{patch.name}"), "_patches", None)
+        for parent, attr, *_ in getattr(patches, "_applied", ()):
+            owner = getattr(parent, "__name__", "?").replace("torch.nn.functional", "F")
+            by_op.setdefault(f"{owner}.{attr}", set()).add(patch.name)
+    return {fix for row in report.rows if set(row["actions"]) - {"pass"}
+            for fix in by_op.get(row["op"], ())}
+
+
+def needed_defects(fixes):
+    """The names of the defects whose fixes are among ``fixes``."""
+    from dmlshim.probing import all_defects
+    return sorted(d.name for d in all_defects() if set(d.fixes) & fixes)
+
+
+def only_needed(needed):
+    """``activate()`` from now on switches on only the fixes of the defects ``needed``."""
+    import dataclasses
+    from dmlshim import probing
+    allowed = {f for d in probing.all_defects() if d.name in needed for f in d.fixes}
+    detect = probing.detect
+
+    def narrowed(*args, **kwargs):
+        found = detect(*args, **kwargs)
+        return dataclasses.replace(found, fixes=None if found.fixes is None else found.fixes & allowed)
+    probing.detect = narrowed
+
+
+def emulated_baseline(setup, device, repeat, needed):
     """The model on an emulated DirectML with none of its defects, without dmlshim."""
     with emulation.configured(rules=[], has_float64_support=True):
         try:
@@ -167,23 +217,38 @@ def emulated_baseline(setup, device, repeat):
 
 
 def raw_baseline(name):
-    """The model on the real binary without dmlshim, in a child process (``--raw``)."""
-    def baseline(setup, device, repeat):
+    """The model on the real binary without dmlshim, in a child process (``--raw``); where
+    that fails, with only the fixes it needs (``--needed``)."""
+    def child(repeat, *extra):
         import subprocess
         command = [sys.executable, __file__, "--device", "directml", "--raw", "--repeat", str(repeat),
-                   "--only", name]
+                   "--only", name, *extra]
         done = subprocess.run(command, capture_output=True, text=True)
         answer = [line for line in done.stdout.splitlines() if line.startswith(RAW)]
         if done.returncode == 0 and answer:
             return float(answer[-1][len(RAW):]), None
         why = (done.stderr.strip().splitlines() or [""])[-1][:160] if done.returncode > 0 else \
             f"the process ended (signal {-done.returncode})"
-        return None, f"no raw run: {why}"
+        return None, why
+
+    def baseline(setup, device, repeat, needed):
+        raw, why = child(repeat)
+        if raw is not None:
+            return raw, None
+        print(f"  no raw run ({why}); baseline: only the fixes of {', '.join(needed)}", file=sys.stderr)
+        base, why_not = child(repeat, "--needed", ",".join(needed))
+        if base is None:
+            return None, f"no raw run ({why}), nor with the needed fixes ({why_not})"
+        return base, f"baseline: activate() with only the fixes of {', '.join(needed)} (no raw run: {why})"
     return baseline
 
 
-def raw_seconds(setup, device, repeat):
-    """The child's work: warm-up, then the median of ``repeat`` runs, without dmlshim."""
+def raw_seconds(setup, device, repeat, needed):
+    """The child's work: warm-up, then the median of ``repeat`` runs, without dmlshim, or
+    (``needed``: defect names) with only those defects' fixes."""
+    if needed is not None:
+        only_needed(needed)
+        dmlshim.activate()
     with zoo.quiet():
         run = setup(device)
         run()
@@ -203,6 +268,7 @@ def main(argv=None):
     p.add_argument("--device", choices=("emulated", "directml"), default="emulated",
                    help="the emulated device (default) or the real torch-directml (under realdml run)")
     p.add_argument("--raw", action="store_true", help="(the child process) time the model without dmlshim")
+    p.add_argument("--needed", help="(the child process, with --raw) with only these defects' fixes, comma-separated")
     args = p.parse_args(argv)
     if args.device == "directml":
         import torch_directml
@@ -218,7 +284,7 @@ def main(argv=None):
               if not args.only or any(w.lower() in n.lower() for w in args.only)]
     if args.raw:
         for name, setup in chosen:
-            raw_seconds(setup, device, args.repeat)
+            raw_seconds(setup, device, args.repeat, None if args.needed is None else args.needed.split(","))
         return 0
     threads = torch.get_num_threads()
     rows = []

@@ -237,6 +237,8 @@ DEVICE_CALLS = {
     "to(float16)": lambda a, m, w, i: a.to(torch.float16),
     "clone": lambda a, m, w, i: m.clone(),
     "sum": lambda a, m, w, i: m.sum(0),
+    "views of inference tensors, in inference mode": lambda a, m, w, i: _in_inference(
+        lambda: (m * 1).view(16).view(4, 4).t()),
 }
 
 
@@ -268,6 +270,7 @@ WATCHED = {
     "mixed dtypes, ranks differ (int_broadcast)": lambda a, m, w, i: m + a[:4].half(),
     "a view of an offset view (offset_views)": lambda a, m, w, i: a[1:].view(7, 1),
     "a view in inference mode (inference_mode)": lambda a, m, w, i: _in_inference(lambda: m.view(16)),
+    "an offset view of an inference tensor (offset_views)": lambda a, m, w, i: _in_inference(lambda: (m * 1)[1:]),
     "CPU indices (index)": lambda a, m, w, i: a[torch.tensor([1, 0])],
     "a channels-last clone (channels_last)": lambda a, m, w, i: m.view(1, 1, 4, 4).clone(
         memory_format=torch.channels_last),

@@ -49,8 +49,10 @@ class Watch:
     ``dtypes``: a tensor argument (not a Python number) or a ``dtype=`` of one of these.
     ``numbers``: a Python number of one of these (``x * True``: bool; a wrapped number).
     ``mixed``: tensors of rank > 0 of different dtypes.  ``empty``: a tensor with no element.
-    ``view``: inference mode on, or ``self`` a view, an inference tensor or with a storage
-    offset, or ``as_strided``'s ``storage_offset`` another than ``self``'s.  ``off_target``:
+    ``view``: ``self`` a tensor ``offset_views`` anchored (a view with an offset inside
+    DirectML's tensor), or a normal (not inference) tensor in inference mode; ``as_strided``
+    at an offset of an inference tensor.  (A view at an offset of a normal tensor is made in
+    C++ and recorded: ``mark_anchored``.)  ``off_target``:
     a tensor on another device.  ``device_arg``: a ``device=`` argument.  ``catch``: the call
     runs in C++ and an error goes to the Python kernel (``refused``'s retry; in place and
     boxed overloads: every call).  ``memory_format``: one other than ``preserve_format``.

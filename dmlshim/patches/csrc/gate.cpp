@@ -48,7 +48,7 @@ enum : uint32_t {
   kAlways = 1u << 0,      // every device call goes to Python
   kMixed = 1u << 1,       // tensors of rank > 0 of different dtypes
   kEmpty = 1u << 2,       // a tensor with no element
-  kView = 1u << 3,        // inference mode, or self anchored (Anchored), or as_strided at an offset
+  kView = 1u << 3,        // self anchored (Anchored), or a normal tensor in inference mode
   kOffTarget = 1u << 4,   // a tensor on another device (not a wrapped number)
   kDeviceArg = 1u << 5,   // a device= argument
   kCatch = 1u << 6,       // an error of the call goes to Python (its retry)
@@ -125,6 +125,7 @@ struct Scan {
   bool first = true;              // the next tensor is self
   c10::SymInt self_offset{0};
   c10::SymInt delta{0};           // as_strided's storage_offset less self's (kView)
+  bool self_inference = false;
   int8_t dtype = -1;              // the dtype of the tensors of rank > 0 so far (kMixed)
 
   void tensor(const at::Tensor& t) {
@@ -146,7 +147,13 @@ struct Scan {
       else if (dtype != static_cast<int8_t>(type)) { python = true; return; }
     }
     if ((flags & kView) && self) {
-      if (anchored().offset(t) != 0) { python = true; return; }
+      // inference_mode's case (a normal tensor's view in inference mode), offset_views' (a
+      // view of an anchored tensor)
+      self_inference = t.is_inference();
+      if ((!self_inference && c10::InferenceMode::is_enabled()) || anchored().offset(t) != 0) {
+        python = true;
+        return;
+      }
       self_offset = t.sym_storage_offset();
     }
   }
@@ -186,17 +193,6 @@ struct Scan {
   }
 };
 
-// Whether a device call of these typed arguments goes to Python.
-template <class... A>
-bool to_python(const Watch& watch, c10::DeviceType target, const A&... a) {
-  const auto flags = watch.flags.load(std::memory_order_relaxed);
-  if (flags & kAlways) return true;
-  if ((flags & kView) && c10::InferenceMode::is_enabled()) return true;
-  Scan scan{watch, flags, target};
-  (scan.visit(a), ...);
-  return scan.python;
-}
-
 // What a device call of these typed arguments needs: Python, or (as_strided) the offset
 // its view gets inside DirectML's tensor, to be marked.
 struct Verdict {
@@ -214,10 +210,12 @@ template <class... A>
 Verdict verdict(const Watch& watch, c10::DeviceType target, DispatchKeySet ks, const A&... a) {
   const auto flags = watch.flags.load(std::memory_order_relaxed);
   if (flags & kAlways) return {true, 0};
-  if ((flags & kView) && c10::InferenceMode::is_enabled()) return {true, 0};
   Scan scan{watch, flags, target};
   (scan.visit(a), ...);
-  if (!scan.python && scan.delta.is_heap_allocated()) return {true, 0};
+  // a view at an offset is recorded with its self as anchor, held weakly, and the view's
+  // base as the Python fix's second choice: an inference tensor's has none, so Python makes it
+  if (!scan.python && scan.delta != 0 && (scan.delta.is_heap_allocated() || scan.self_inference))
+    return {true, 0};
   return {scan.python, scan.delta};
 }
 
@@ -255,7 +253,6 @@ struct Gate final : c10::OperatorKernel {
   bool to_python(const torch::jit::Stack& stack, size_t base) const {
     const auto flags = watch->flags.load(std::memory_order_relaxed);
     if (flags & (kAlways | kCatch)) return true;      // a boxed call's arguments are gone after an error
-    if ((flags & kView) && c10::InferenceMode::is_enabled()) return true;
     Scan scan{*watch, flags, device_type};
     scan.boxed(stack, base, arguments, dtype, memory_format, storage_offset);
     return scan.python;
