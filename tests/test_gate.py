@@ -331,3 +331,93 @@ def test_a_watch_unites_its_fixes_and_a_retry_of_a_write_is_always():
     _gate.set_watch(Registration(), torch.ops.aten.mm.out, [retry])       # writes out=
     _gate.set_watch(Registration(), torch.ops.aten.mm.default, [lambda *a: None])   # declares nothing
     assert told == [1 << 6, (1 << 6) | 1, 1]
+
+
+def _shim_calls(fn) -> int:
+    """How many calls of dmlshim's wrappers and kernels (dmlshim/patches) ``fn()`` makes,
+    leaving out those the emulated device's own Python kernels make (its ``_to_copy`` calls
+    ``Tensor.to``): on a real device there are none of those."""
+    calls = []
+
+    def emulator(frame):
+        while frame is not None:
+            if "dmlshim/emulation/" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
+
+    def profile(frame, event, arg):
+        if event == "call" and "dmlshim/patches/" in frame.f_code.co_filename and not emulator(frame):
+            calls.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(calls)
+
+
+# Python-level entry points whose wrappers pass a device call of held dtypes by: their front
+# runs it in C (device mode) under auto's guard
+DEVICE_FRONTED = {
+    "a * b": lambda a, b: a * b,
+    "a + b": lambda a, b: a + b,
+    "view": lambda a, b: a.view(2, 2),
+    "torch.cat": lambda a, b: torch.cat([a, b]),
+    "torch.matmul": lambda a, b: torch.matmul(a.view(2, 2), b.view(2, 2)),
+    "F.linear": lambda a, b: torch.nn.functional.linear(a.view(2, 2), b.view(2, 2)),
+    "to(float16)": lambda a, b: a.to(torch.float16),
+    "F.conv1d": lambda a, b: torch.nn.functional.conv1d(a.view(1, 1, 4), b[:2].view(1, 1, 2)),
+}
+
+
+@pytest.mark.parametrize("call", list(DEVICE_FRONTED))
+def test_device_calls_run_no_python_wrapper_behind_the_front(call, monkeypatch, dml_device, assert_parity):
+    """fallback="auto": no dmlshim Python at all for a device call the wrappers pass by (their
+    selects, auto's memo empty), nor in the gate's kernels when no fix acts."""
+    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
+    a, b = torch.randn(4), torch.randn(4)
+    ad, bd = a.to(dml_device), b.to(dml_device)
+    dmlshim.deactivate()
+    dmlshim.activate(trace=0)
+    try:
+        assert _shim_calls(lambda: DEVICE_FRONTED[call](ad, bd)) == 0
+        assert_parity(DEVICE_FRONTED[call](ad, bd), DEVICE_FRONTED[call](a, b))
+    finally:
+        dmlshim.deactivate()
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_a_device_call_a_wrapper_acts_on_reaches_it(gate, dml_device, assert_parity):
+    """A bool operand (mul's select) and an empty input (cat's) are the wrappers' calls."""
+    x = torch.randn(4)
+    xd = x.to(dml_device)
+    assert _shim_calls(lambda: xd * (xd > 0)) > 0
+    dmlshim.trace.reset()
+    assert_parity(torch.cat([xd, xd[:0]]), x)
+    assert dmlshim.report().rows and any(r["op"] == "torch.cat" for r in dmlshim.report().rows)
+
+
+@pytest.mark.emulated_only("an emulation.Rule makes hypot fail")
+def test_a_failing_device_call_through_the_front_is_retried_on_the_cpu(monkeypatch, dml_device, assert_parity):
+    """auto's guard in device mode: the device's error goes to its retry on the CPU (one
+    DirectMLFallbackWarning), and the next call of that signature to the CPU at once (the
+    memo, then held: the front sends the op's calls to the wrapper)."""
+    from dmlshim import emulation
+    from dmlshim.patches.auto import DirectMLFallbackWarning
+    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
+    x = torch.randn(4, 1, 8)
+    xd = x.to(dml_device)
+    dmlshim.deactivate()
+    dmlshim.activate(trace=0)
+    try:
+        assert torch.hypot.__dmlshim_device__ is not None          # its front has a device mode
+        with emulation.configured(rules=[emulation.Rule("hypot", source="invented")]):
+            with pytest.warns(DirectMLFallbackWarning, match="hypot"):
+                first = torch.hypot(xd, xd)
+            assert_parity(first, torch.hypot(x, x))
+            dmlshim.trace.reset()
+            assert_parity(torch.hypot(xd, xd), torch.hypot(x, x))
+            assert [r["actions"] for r in dmlshim.report().rows if r["op"] == "torch.hypot"] == [{"cpu": 1}]
+    finally:
+        dmlshim.deactivate()

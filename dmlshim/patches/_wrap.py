@@ -108,19 +108,44 @@ def _guard(ctx: Context, owner: Any, name: str, op: str) -> Guard:
     return _guard_provider(owner, name, op)
 
 
-def fronted(ctx: Context, replaced: Any, proxy: Callable) -> Any:
+def fronted(ctx: Context, replaced: Any, proxy: Callable, device: Optional[tuple] = None) -> Any:
     """``proxy`` behind the compiled gate's front (``csrc/gate.cpp``): a call whose arguments
     are all plain CPU values (CPU tensors, numbers, held dtypes, None; no str or device)
     runs the original at once, under every dmlshim layer (``replaced``'s own original if
     it is a front), decided in C; every other call goes to ``proxy``.  Only for a wrapper
     that passes such calls through unchanged, as ``intercept``'s selects and auto's do.
     ``proxy`` itself without a compiled gate, or with no device present (no gate is built).
+
+    ``device``: ``(watch, guard)`` for a wrapper that passes through a call whose other
+    values are tensors of ``ctx.target`` too, unless one of them is of ``watch.dtypes`` or
+    (``watch.empty``) empty, or an ``out=`` is given (``out_resize``'s case): such a call runs
+    the original as well, under ``guard`` (auto's memo and retry), decided in C.  A front over another front has a device mode only where
+    that one has (their watches united).
     """
     from . import _gate
     ext = _gate.extension(ctx.gate) if ctx.present else None
     if ext is None:
         return proxy
-    return ext.Front(getattr(replaced, "__dmlshim_fast__", replaced), proxy)
+    spec = _device_spec(ctx, replaced, device)
+    return ext.Front(getattr(replaced, "__dmlshim_fast__", replaced), proxy, spec)
+
+
+def _device_spec(ctx: Context, replaced: Any, device: Optional[tuple]) -> Optional[tuple]:
+    """The front's device mode, ``(target, flags, dtypes, memo, catch, failed)``, or None."""
+    if device is None:
+        return None
+    watch, guard = device
+    inner = getattr(replaced, "__dmlshim_device__", ())      # () for no front, None for one without
+    if inner is None:
+        return None
+    flags, dtypes = watch.flags(), set(watch.dtypes)
+    memo, catch, failed = guard.memo, guard.catch or None, guard.failed
+    if inner:
+        _, inner_flags, inner_dtypes, inner_memo, inner_catch, inner_failed = inner
+        flags, dtypes = flags | inner_flags, dtypes | set(inner_dtypes)
+        if failed is None:
+            memo, catch, failed = inner_memo, inner_catch, inner_failed
+    return ctx.target, flags, tuple(sorted(dtypes, key=str)), memo, catch, failed
 
 
 def original(owner: Any, name: str) -> Any:
@@ -183,11 +208,13 @@ class PatchSet:
         self._cancels: List[Callable[[], None]] = []
 
     # ---------------------------------------------------------------- low level
-    def wrap(self, ctx: Context, owner: Any, name: str, wrapper: Callable, *, front: bool = False) -> None:
+    def wrap(self, ctx: Context, owner: Any, name: str, wrapper: Callable, *, front: bool = False,
+             device=None) -> None:
         """Replace ``owner.name`` with ``wrapt.FunctionWrapper(current, wrapper)``,
         transparent while ``ctx.active`` is False (a wrapper we could not remove).
         ``front``: behind the compiled front (:func:`fronted`), for a module function whose
-        ``wrapper`` passes calls of plain CPU values through.
+        ``wrapper`` passes calls of plain CPU values through; ``device``: a ``_gate.Watch``
+        for one that passes by device calls too (``intercept``'s), with no guard.
 
         ``wrapper(wrapped, instance, args, kwargs)`` is wrapt's signature.  ``owner``
         may be a module name: the wrap then happens when that module is imported.
@@ -199,7 +226,8 @@ class PatchSet:
             return wrapper(wrapped, instance, args, kwargs)
         def make_proxy(replaced):
             proxy = wrapt.FunctionWrapper(replaced, when_active)
-            return fronted(ctx, replaced, proxy) if front else proxy
+            return fronted(ctx, replaced, proxy, None if device is None else (device, Guard())) \
+                if front else proxy
         self.replace(owner, name, make_proxy)
 
     def replace(self, owner: Any, name: str, make_proxy: Callable[[Any], Any]) -> None:
@@ -235,7 +263,8 @@ class PatchSet:
 
     def intercept(self, ctx: Context, owner: Any, name: str,
                   handler: Callable[[Callable, tuple, dict], Tuple[str, Any]], *,
-                  op: Optional[str] = None, select: Optional[Callable[[Any, tuple, dict], bool]] = None) -> None:
+                  op: Optional[str] = None, select: Optional[Callable[[Any, tuple, dict], bool]] = None,
+                  device=None) -> None:
         """Wrap ``owner.name`` so that calls touching ``ctx.target`` tensors go to
         ``handler(func, args, kwargs) -> (action, result)``; all other calls run the
         original at once (fast path).  Failures of either go to auto's retry on the CPU
@@ -247,7 +276,10 @@ class PatchSet:
         ignore it); it is the fast path, so keep it cheap: test ``is_cpu`` before
         ``device.type``.  The default looks at ``self``, positional tensors and lists
         of tensors.  ``op`` names the call in stats and traces (default
-        ``"torch.cat"``, ``"Tensor.mul_"``, ``"F.conv1d"`` ...).
+        ``"torch.cat"``, ``"Tensor.mul_"``, ``"F.conv1d"`` ...).  ``device``: a
+        ``_gate.Watch`` (its ``dtypes`` and ``empty``) for a ``select`` that is False for every
+        call whose values are plain CPU values and ``ctx.target`` tensors other than those:
+        the front (:func:`fronted`) then runs such a call in C too, under the guard.
         """
         if op is None:
             base = owner if isinstance(owner, str) else getattr(owner, "__name__", "?")
@@ -291,7 +323,7 @@ class PatchSet:
                         return failed(replaced, args, kwargs, exc)
             functools.update_wrapper(proxy, replaced)
             proxy.__dmlshim_guarded__ = guard.failed is not None   # auto leaves it alone
-            return fronted(ctx, replaced, proxy)
+            return fronted(ctx, replaced, proxy, None if device is None else (device, guard))
 
         is_method = "." in name or isinstance(owner, type)
         self.replace(owner, name, make_proxy)

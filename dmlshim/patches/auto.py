@@ -24,13 +24,14 @@ from typing import Dict, Optional
 import torch
 
 from .. import errors, fallback, islands, trace
-from . import dtypes
+from . import _gate, dtypes
 from ._wrap import Context, Guard, PatchSet, fronted, provide_guard
 
 __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
            "entry_points", "guard"]
 
 _CATCH = (RuntimeError, NotImplementedError, UnicodeDecodeError)
+_NOTHING = _gate.Watch()      # what a device tensor must not be for the front to pass a call
 _ALL = "*"                    # memo entry: every signature of the op goes to the CPU
 _MAX_SIGNATURES = 256         # per op; past this the whole op is sent to the CPU
 _SPECIAL = islands.SPECIAL    # a dtype= among these may make a CPU island (patches/dtypes.py)
@@ -177,7 +178,10 @@ def _make_wrapper(op: str, func, memo: set):
             return _failed(op, func, args, kwargs, exc, memo)
 
     functools.update_wrapper(wrapper, func)
-    return fronted(_ctx, func, wrapper)        # a call of plain CPU values: the original, in C
+    # a call of plain CPU values, or with device tensors too (a device call of any dtype but
+    # the special ones passes the wrapper's tests): the original, in C, under the same guard
+    guard = Guard(memo, _CATCH, None, None, functools.partial(_failed, op, memo=memo))
+    return fronted(_ctx, func, wrapper, (_NOTHING, guard))
 
 
 def guard(owner, name: str, op: str) -> Guard:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from .. import fallback
+from . import _gate
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -113,7 +114,9 @@ def _handler(stack: bool):
 def install(ctx: Context) -> None:
     select = _select(ctx)
     for owner, name in _ENTRY_POINTS:
-        _patches.intercept(ctx, owner, name, _handler(name == "stack"), select=select)
+        # the front passes a device call by unless an input is empty (select's test)
+        _patches.intercept(ctx, owner, name, _handler(name == "stack"), select=select,
+                           device=_gate.Watch(empty=True))
 
 
 def uninstall() -> None:

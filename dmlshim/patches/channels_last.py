@@ -138,9 +138,10 @@ def install(ctx) -> None:
     _kernels.install(ctx)
     _hook = _to_copy_to(ctx.target)
     dispatcher.add_hook("_to_copy", _hook)
-    _patches.intercept(ctx, torch, "empty", _empty, select=_empty_on(ctx.target))
+    # their selects want a memory_format= (no plain value): the front passes other device calls by
+    _patches.intercept(ctx, torch, "empty", _empty, select=_empty_on(ctx.target), device=_gate.Watch())
     for name, handler in (("is_contiguous", _is_contiguous), ("contiguous", _contiguous)):
-        _patches.intercept(ctx, torch.Tensor, name, handler, select=_format_on(ctx.target))
+        _patches.intercept(ctx, torch.Tensor, name, handler, select=_format_on(ctx.target), device=_gate.Watch())
 
 
 def uninstall() -> None:

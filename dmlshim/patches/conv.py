@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import _gate
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -44,7 +45,8 @@ def _handle(func, args, kwargs):
 def install(ctx: Context) -> None:
     select = _select(ctx)
     for owner, name in _ENTRY_POINTS:
-        _patches.intercept(ctx, owner, name, _handle, select=select)
+        # the front passes a device call by unless a tensor is an integer or bool (select's test)
+        _patches.intercept(ctx, owner, name, _handle, select=select, device=_gate.Watch(dtypes=_gate.INTEGERS))
 
 
 def uninstall() -> None:

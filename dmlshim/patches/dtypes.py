@@ -20,6 +20,7 @@ import warnings
 import torch
 
 from .. import devices, fallback, islands
+from . import _gate
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -302,18 +303,23 @@ def install(ctx: Context) -> None:
     _target = ctx.target
     _bf16_as = _BF16_AS[ctx.bf16]
     _warned_bf16 = False                       # one warning per activation
-    _patches.intercept(ctx, torch.Tensor, "to", _to_handle, select=_to_select(ctx))
+    # these selects are False for a call of plain values and device tensors of held dtypes (a
+    # special dtype, a complex number, a str or device is no plain value): the front passes
+    # such a call by in C (device=)
+    nothing = _gate.Watch()
+    _patches.intercept(ctx, torch.Tensor, "to", _to_handle, select=_to_select(ctx), device=nothing)
     dtype_select = _dtype_select(ctx)
     for name in _DTYPE_OPS:
         for owner in (torch, torch.Tensor):
             if hasattr(owner, name):
-                _patches.intercept(ctx, owner, name, _creator_handle(False), select=dtype_select)
-    _patches.intercept(ctx, torch.Tensor, "view", _creator_handle(False), select=dtype_select)
-    _patches.intercept(ctx, torch.Tensor, "type", _creator_handle(False), select=_type_select(ctx))
+                _patches.intercept(ctx, owner, name, _creator_handle(False), select=dtype_select, device=nothing)
+    _patches.intercept(ctx, torch.Tensor, "view", _creator_handle(False), select=dtype_select, device=nothing)
+    _patches.intercept(ctx, torch.Tensor, "type", _creator_handle(False), select=_type_select(ctx),
+                       device=nothing)
     scalar_select = _complex_scalar_select(ctx)
     for owner, names in _SCALAR_OPS:
         for name in names:
-            _patches.intercept(ctx, owner, name, _complex_scalar_handle, select=scalar_select)
+            _patches.intercept(ctx, owner, name, _complex_scalar_handle, select=scalar_select, device=nothing)
     island_select = _island_select(ctx)
     for owner, name in _complex_makers():
         if hasattr(owner, name):

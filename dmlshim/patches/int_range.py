@@ -404,11 +404,14 @@ def install(ctx) -> None:
     where it holds them, and the Python entry points ``Tensor.copy_`` and ``__setitem__``."""
     from . import dispatcher
     _kernels.install(ctx)
+    # their selects look at self's dtype: the front passes a device call by unless a tensor
+    # is of such a dtype
     for name in ("copy_", "__setitem__"):
         _patches.intercept(ctx, torch.Tensor, name, _copy if name == "copy_" else _setitem,
-                           select=_int64_on(ctx.target))
+                           select=_int64_on(ctx.target), device=_gate.Watch(dtypes=frozenset({torch.int64})))
     for name, handler in _IN_PLACE.items():
-        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target))
+        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target),
+                           device=_gate.Watch(dtypes=frozenset(d for d in _gate.INTEGERS if integral(d))))
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.add_hook(base, net_fix)
         if not all(dispatcher.holds(op) for op in ops):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dtypes
+from . import _gate, dtypes
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -119,10 +119,15 @@ def _select(target: str):
     return select
 
 
+# what a device tensor must not be for the front to pass a call by (_select: a bool operand;
+# a complex number is no plain value)
+_DEVICE = _gate.Watch(dtypes=frozenset({torch.bool}))
+
+
 def install(ctx: Context) -> None:
     select = _select(ctx.target)
     for owner, name, inplace in _ENTRY_POINTS:
-        _patches.intercept(ctx, owner, name, _handler(inplace), select=select)
+        _patches.intercept(ctx, owner, name, _handler(inplace), select=select, device=_DEVICE)
 
 
 def uninstall() -> None:

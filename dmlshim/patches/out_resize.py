@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
 from .. import fallback, trace
-from . import _select
+from . import _gate, _select
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -166,8 +166,10 @@ def install(ctx: Context) -> None:
 
     # wrapt wrappers, not intercept()'s: auto's own wrapper stays outside them (a float64
     # factory's island, its retry), and a core patch's intercept() inside keeps its guard
+    # the front passes a device call without out= by (in every device mode)
     for namespace, name in functions():
-        _patches.wrap(ctx, namespace, name, wrapper_of(f"{namespace.__name__}.{name}"), front=True)
+        _patches.wrap(ctx, namespace, name, wrapper_of(f"{namespace.__name__}.{name}"), front=True,
+                      device=_gate.Watch())
 
 
 def uninstall() -> None:

@@ -428,62 +428,180 @@ std::optional<Registration> typed_gate(const std::string& op_name, const std::st
 // an argument that names a device (a str, a torch.device); a call whose arguments are all
 // plain CPU values (CPU tensors of held dtypes, numbers, None, held dtypes, tuples and
 // lists of these) is passed through by each.  The front tests that in C and calls the
-// original under every dmlshim layer; any other call goes to the Python wrapper.
+// original under every dmlshim layer; any other call goes to the Python wrapper.  A wrapper
+// that also passes through device tensors of the target device unless they are of some
+// dtypes or empty (its select: mul's looks for a bool, cat's for an empty input) gives its
+// front a device mode: such a call runs the original too, under the wrapper's guard.
 struct Front {
   PyObject_HEAD
   vectorcallfunc vectorcall;
-  PyObject* fast;   // the original: what a plain call runs
-  PyObject* slow;   // dmlshim's Python wrapper: every other call
+  PyObject* fast;     // the original: what a plain call runs
+  PyObject* slow;     // dmlshim's Python wrapper: every other call
+  // device mode (None/NULL without): a call whose only other values are tensors of the
+  // target device that its wrapper would pass through runs the original too, under the
+  // wrapper's guard (auto's: its memo sends every call to the wrapper once it holds
+  // something; an error in catch goes to failed(original, args, kwargs, error))
+  PyObject* device;   // the Python spec (target, flags, dtypes, memo, catch, failed), or None
+  PyObject* memo;
+  PyObject* catches;
+  PyObject* failed;
+  int target;         // the device type of device mode, -1: none
+  uint32_t flags;     // kEmpty
+  std::bitset<128> dtypes;   // a device tensor of one of these: the wrapper's call
 };
 
 std::bitset<128> special_dtypes;   // the dtypes a plain call holds none of (islands.SPECIAL)
 
-bool plain(PyObject* x, int depth) {
+enum Kind { kPlain, kDevice, kOther };
+
+// A CPU value every wrapper passes through (kPlain), a device tensor the front's wrapper
+// passes through in device mode (kDevice), or anything else (kOther).
+Kind kind(const Front* front, PyObject* x, int depth) {
   if (THPVariable_CheckExact(x)) {
     const auto& t = THPVariable_Unpack(x);
-    return t.is_cpu() && t.layout() == c10::kStrided &&
-           !special_dtypes.test(static_cast<size_t>(t.scalar_type()));
+    if (t.layout() != c10::kStrided) return kOther;
+    const auto type = static_cast<size_t>(t.scalar_type());
+    if (special_dtypes.test(type)) return kOther;
+    if (t.is_cpu()) return kPlain;
+    if (static_cast<int>(t.device().type()) != front->target || front->dtypes.test(type)) return kOther;
+    if ((front->flags & kEmpty) && t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return kOther;
+    if ((front->flags & kEmpty) && t.numel() == 0) return kOther;
+    return kDevice;
   }
-  if (x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x)) return true;
-  if (THPDtype_Check(x)) return !special_dtypes.test(static_cast<size_t>(((THPDtype*)x)->scalar_type));
+  if (x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x)) return kPlain;
+  if (THPDtype_Check(x)) return special_dtypes.test(static_cast<size_t>(((THPDtype*)x)->scalar_type)) ? kOther : kPlain;
   if ((PyTuple_Check(x) || PyList_Check(x)) && depth < 2) {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
     PyObject** items = PySequence_Fast_ITEMS(x);
-    for (Py_ssize_t i = 0; i < n; ++i)
-      if (!plain(items[i], depth + 1)) return false;
-    return true;
+    Kind all = kPlain;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const Kind k = kind(front, items[i], depth + 1);
+      if (k == kOther) return kOther;
+      if (k == kDevice) all = kDevice;
+    }
+    return all;
   }
+  return kOther;
+}
+
+// An error of a device call the guard handles: failed(original, args, kwargs, error).
+PyObject* guarded_failure(Front* front, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if (!PyErr_ExceptionMatches(front->catches)) return nullptr;
+  PyObject *type, *error, *traceback;
+  PyErr_Fetch(&type, &error, &traceback);
+  PyErr_NormalizeException(&type, &error, &traceback);
+  if (traceback) PyException_SetTraceback(error, traceback);
+  const auto n = PyVectorcall_NARGS(nargsf);
+  PyObject* positional = PyTuple_New(n);
+  PyObject* keywords = PyDict_New();
+  PyObject* result = nullptr;
+  if (positional && keywords) {
+    for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(positional, i, Py_NewRef(args[i]));
+    bool ok = true;
+    for (Py_ssize_t i = 0; kwnames && i < PyTuple_GET_SIZE(kwnames) && ok; ++i)
+      ok = PyDict_SetItem(keywords, PyTuple_GET_ITEM(kwnames, i), args[n + i]) == 0;
+    if (ok) result = PyObject_CallFunctionObjArgs(front->failed, front->fast, positional, keywords, error, nullptr);
+  }
+  Py_XDECREF(positional);
+  Py_XDECREF(keywords);
+  Py_XDECREF(type);
+  Py_XDECREF(error);
+  Py_XDECREF(traceback);
+  return result;
+}
+
+// An out= keyword: out_resize's (a device out= sized before the call), in every device mode.
+bool has_out(PyObject* kwnames) {
+  for (Py_ssize_t i = 0; kwnames && i < PyTuple_GET_SIZE(kwnames); ++i)
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "out") == 0) return true;
   return false;
 }
 
 PyObject* front_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* front = reinterpret_cast<Front*>(self);
   const auto n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-  for (Py_ssize_t i = 0; i < n; ++i)
-    if (!plain(args[i], 0)) return PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
-  return PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+  bool device = false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const Kind k = kind(front, args[i], 0);
+    if (k == kOther) return PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
+    device = device || k == kDevice;
+  }
+  if (!device) return PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+  if (front->target < 0 || has_out(kwnames)) return PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
+  if (front->memo) {                         // auto's memo: some calls of the op go to the CPU
+    const int remembers = PyObject_IsTrue(front->memo);
+    if (remembers != 0) return remembers < 0 ? nullptr : PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
+  }
+  PyObject* result = PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+  if (result || !front->failed) return result;
+  return guarded_failure(front, args, nargsf, kwnames);
 }
 
+void set_bits(std::bitset<128>& bits, PyObject* dtypes) {
+  PyObject* items = PySequence_Fast(dtypes, "Front: dtypes must be a sequence");
+  if (!items) throw py::error_already_set();
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); ++i) {
+    PyObject* dtype = PySequence_Fast_GET_ITEM(items, i);
+    if (THPDtype_Check(dtype)) bits.set(static_cast<size_t>(((THPDtype*)dtype)->scalar_type));
+  }
+  Py_DECREF(items);
+}
+
+// Front(fast, slow[, device]): device = (target device type str, flags, dtypes, memo, catch,
+// failed), or None.
 PyObject* front_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *fast, *slow;
-  if (!PyArg_ParseTuple(args, "OO:Front", &fast, &slow)) return nullptr;
+  PyObject *fast, *slow, *device = Py_None;
+  if (!PyArg_ParseTuple(args, "OO|O:Front", &fast, &slow, &device)) return nullptr;
+  const char* target = nullptr;
+  unsigned int flags = 0;
+  PyObject *dtypes = nullptr, *memo = nullptr, *catches = nullptr, *failed = nullptr;
+  if (device != Py_None && !PyArg_ParseTuple(device, "sIOOOO:Front device", &target, &flags, &dtypes, &memo,
+                                             &catches, &failed))
+    return nullptr;
   auto* front = reinterpret_cast<Front*>(type->tp_alloc(type, 0));
   if (!front) return nullptr;
+  new (&front->dtypes) std::bitset<128>();
   front->vectorcall = front_call;
   front->fast = Py_NewRef(fast);
   front->slow = Py_NewRef(slow);
+  front->device = Py_NewRef(device);
+  front->target = -1;
+  if (target) {
+    try {
+      front->target = static_cast<int>(c10::Device(target).type());
+      set_bits(front->dtypes, dtypes);
+    } catch (...) {
+      Py_DECREF(front);
+      PyErr_SetString(PyExc_ValueError, "Front: a device type and a sequence of dtypes expected");
+      return nullptr;
+    }
+    front->flags = flags;
+    front->memo = memo == Py_None ? nullptr : Py_NewRef(memo);
+    front->catches = catches == Py_None ? nullptr : Py_NewRef(catches);
+    front->failed = failed == Py_None || !front->catches ? nullptr : Py_NewRef(failed);
+  }
   return reinterpret_cast<PyObject*>(front);
 }
 
 int front_traverse(PyObject* self, visitproc visit, void* arg) {
-  Py_VISIT(reinterpret_cast<Front*>(self)->fast);
-  Py_VISIT(reinterpret_cast<Front*>(self)->slow);
+  auto* front = reinterpret_cast<Front*>(self);
+  Py_VISIT(front->fast);
+  Py_VISIT(front->slow);
+  Py_VISIT(front->device);
+  Py_VISIT(front->memo);
+  Py_VISIT(front->catches);
+  Py_VISIT(front->failed);
   return 0;
 }
 
 int front_clear(PyObject* self) {
-  Py_CLEAR(reinterpret_cast<Front*>(self)->fast);
-  Py_CLEAR(reinterpret_cast<Front*>(self)->slow);
+  auto* front = reinterpret_cast<Front*>(self);
+  Py_CLEAR(front->fast);
+  Py_CLEAR(front->slow);
+  Py_CLEAR(front->device);
+  Py_CLEAR(front->memo);
+  Py_CLEAR(front->catches);
+  Py_CLEAR(front->failed);
   return 0;
 }
 
@@ -504,7 +622,8 @@ PyObject* front_get(PyObject* self, PyObject* obj, PyObject*) {
 // inspect.isfunction() are True: torch._dynamo's substitute_in_graph wants a function);
 // its own few are its type's.
 bool own(PyObject* name) {
-  static const char* const names[] = {"__dmlshim_fast__", "__dmlshim_slow__", "__reduce__", "__reduce_ex__"};
+  static const char* const names[] = {"__dmlshim_fast__", "__dmlshim_slow__", "__dmlshim_device__", "__reduce__",
+                                      "__reduce_ex__"};
   for (const char* own_name : names)
     if (PyUnicode_CompareWithASCIIString(name, own_name) == 0) return true;
   return false;
@@ -529,6 +648,7 @@ PyObject* front_reduce(PyObject* self, PyObject*) {
 PyMemberDef front_members[] = {
     {"__dmlshim_fast__", T_OBJECT, offsetof(Front, fast), READONLY, nullptr},
     {"__dmlshim_slow__", T_OBJECT, offsetof(Front, slow), READONLY, nullptr},
+    {"__dmlshim_device__", T_OBJECT, offsetof(Front, device), READONLY, nullptr},
     {nullptr}};
 PyMethodDef front_methods[] = {{"__reduce__", front_reduce, METH_NOARGS, nullptr}, {nullptr}};
 
