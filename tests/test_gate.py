@@ -421,3 +421,26 @@ def test_a_failing_device_call_through_the_front_is_retried_on_the_cpu(monkeypat
             assert [r["actions"] for r in dmlshim.report().rows if r["op"] == "torch.hypot"] == [{"cpu": 1}]
     finally:
         dmlshim.deactivate()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_of_cpu_code_traces_through_the_fronts(backend, monkeypatch, dml_device, assert_same):
+    """torch._dynamo guards the functions it inlines with weak references: a front must take
+    one ("cannot create weak reference to 'dmlshim.Front' object" before)."""
+    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
+    torch.manual_seed(0)
+    a, b = torch.randn(8), torch.randn(8)
+
+    def f(a, b):
+        return torch.cat([a * b, (a + b).view(-1)]).to(torch.float16).sum()
+
+    expected = f(a, b)
+    dmlshim.deactivate()
+    dmlshim.activate(trace=0)
+    try:
+        assert type(vars(torch)["cat"]).__name__ == "Front"
+        torch._dynamo.reset()
+        assert_same(torch.compile(f, backend=backend)(a, b), expected)
+    finally:
+        torch._dynamo.reset()
+        dmlshim.deactivate()

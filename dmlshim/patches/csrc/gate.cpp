@@ -448,6 +448,7 @@ struct Front {
   int target;         // the device type of device mode, -1: none
   uint32_t flags;     // kEmpty
   std::bitset<128> dtypes;   // a device tensor of one of these: the wrapper's call
+  PyObject* weakrefs;        // a function can be weakly referenced (torch._dynamo's guards do)
 };
 
 std::bitset<128> special_dtypes;   // the dtypes a plain call holds none of (islands.SPECIAL)
@@ -607,6 +608,7 @@ int front_clear(PyObject* self) {
 
 void front_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
+  if (reinterpret_cast<Front*>(self)->weakrefs) PyObject_ClearWeakRefs(self);
   front_clear(self);
   Py_TYPE(self)->tp_free(self);
 }
@@ -661,6 +663,7 @@ PyObject* front_type() {
     FrontType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                          Py_TPFLAGS_METHOD_DESCRIPTOR;
     FrontType.tp_vectorcall_offset = offsetof(Front, vectorcall);
+    FrontType.tp_weaklistoffset = offsetof(Front, weakrefs);
     FrontType.tp_call = PyVectorcall_Call;
     FrontType.tp_new = front_new;
     FrontType.tp_dealloc = front_dealloc;
