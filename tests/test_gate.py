@@ -99,15 +99,17 @@ def test_deactivate_removes_the_gate(dml_device, monkeypatch):
 
 
 def test_hot_overloads_get_the_typed_gate(dml_device, monkeypatch):
-    """mul.Tensor's gate is unboxed (no stack a CPU call boxes and unboxes); _to_copy, which
-    stands in for torch's own BackendSelect kernel, keeps the boxed one."""
+    """mul.Tensor's gate is unboxed (no stack a CPU call boxes and unboxes), and _to_copy's,
+    which stands in for torch's own BackendSelect kernel; full's is boxed."""
     monkeypatch.setenv("DMLSHIM_GATE", "compiled")
     dmlshim.deactivate()
     dmlshim.activate(fallback="known", trace=0)
     try:
-        line = next(l for l in torch._C._dispatch_dump("aten::mul.Tensor").splitlines()
-                    if l.startswith("BackendSelect:"))
-        assert "gate.cpp" in line and "unboxed" in line
+        for op in ("aten::mul.Tensor", "aten::_to_copy"):
+            line = next(l for l in torch._C._dispatch_dump(op).splitlines() if l.startswith("BackendSelect:"))
+            assert "gate.cpp" in line and "unboxed" in line, line
+        line = next(l for l in torch._C._dispatch_dump("aten::full").splitlines() if l.startswith("BackendSelect:"))
+        assert "gate.cpp" in line and "boxed" in line and "unboxed" not in line, line
     finally:
         dmlshim.deactivate()
 

@@ -167,6 +167,12 @@ struct Scan {
     if ((flags & kFormat) && format && *format != c10::MemoryFormat::Preserve) python = true;
   }
   void visit(bool value) { if ((flags & kSetBool) && value) python = true; }
+  void visit(const std::optional<c10::ScalarType>& type) {   // a dtype= (_to_copy's)
+    if (type && watch.dtype(*type)) python = true;
+  }
+  void visit(const std::optional<c10::Device>& device) {     // a device= (_to_copy's)
+    if (device && (flags & kDeviceArg)) python = true;
+  }
   template <class T>
   void visit(const T&) {}
 
@@ -410,16 +416,46 @@ Registration registered(const std::string& op_name, const std::string& overload,
 }
 
 // The typed gate of op for device_type, or None where it has none (then gate()).
+// _to_copy's typed gate (every .to(), .cpu(), .half() ...): it stands in for torch's own
+// BackendSelect kernel, so a call it passes on gets what that kernel adds, the key of its
+// dtype/layout/device (torch's generated RegisterBackendSelect.cpp does the same).
+using ToCopy = Tensor(const Tensor&, std::optional<c10::ScalarType>, std::optional<c10::Layout>,
+                      std::optional<c10::Device>, std::optional<bool>, bool, std::optional<c10::MemoryFormat>);
+
+torch::CppFunction to_copy_gate(const c10::OperatorHandle& handle, c10::BackendComponent backend,
+                                c10::DeviceType target, std::shared_ptr<Watch> watch) {
+  auto op = handle.typed<ToCopy>();
+  return torch::CppFunction([op, backend, target, watch](
+                                DispatchKeySet ks, const Tensor& self, std::optional<c10::ScalarType> dtype,
+                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                std::optional<bool> pin, bool non_blocking,
+                                std::optional<c10::MemoryFormat> format) -> Tensor {
+    const bool mine = ks.has_backend(backend) || (device && device->type() == target);
+    if (mine && verdict(*watch, target, ks, self, dtype, layout, device, pin, non_blocking, format).python)
+      return op.redispatch((ks & kBelow) | DispatchKeySet(kTrampoline), self, dtype, layout, device, pin,
+                           non_blocking, format);
+    const auto keys = (ks | DispatchKeySet(c10::computeDispatchKey(dtype, layout, device))) -
+                      c10::impl::tls_local_dispatch_key_set().excluded_;
+    return op.redispatch(keys & kBelow, self, dtype, layout, device, pin, non_blocking, format);
+  });
+}
+
 std::optional<Registration> typed_gate(const std::string& op_name, const std::string& overload,
                                        const std::string& device_type) {
-  const auto found = typed_gates().find(overload.empty() ? op_name : op_name + "." + overload);
-  if (found == typed_gates().end()) return std::nullopt;
+  const auto name = overload.empty() ? op_name : op_name + "." + overload;
+  const auto found = typed_gates().find(name);
+  const bool to_copy = name == "aten::_to_copy";
+  if (found == typed_gates().end() && !to_copy) return std::nullopt;
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(op_name.c_str(), overload.c_str());
-  if (handle.hasKernelForDispatchKey(DispatchKey::BackendSelect)) return std::nullopt;   // stands in: boxed
+  const bool stands_in = handle.hasKernelForDispatchKey(DispatchKey::BackendSelect);
+  if (stands_in && !to_copy) return std::nullopt;          // stands in for torch's own: boxed
   const auto target = c10::Device(device_type).type();
   const auto backend = c10::toBackendComponent(c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(target)));
   auto watch = std::make_shared<Watch>();
-  return registered(op_name, overload, found->second(handle, backend, target, watch), watch);
+  auto kernel = to_copy ? to_copy_gate(handle, backend, target, watch) : found->second(handle, backend, target, watch);
+  static Quiet quiet;                                      // torch's kernel comes back with destroy()
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  return registered(op_name, overload, std::move(kernel), watch);
 }
 
 // The front: the compiled counterpart of dmlshim's Python-level wrappers (torch.cat,
