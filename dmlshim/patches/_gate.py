@@ -52,12 +52,12 @@ class Watch:
     ``view``: ``self`` a tensor ``offset_views`` anchored (a view with an offset inside
     DirectML's tensor), or a normal (not inference) tensor in inference mode; ``as_strided``
     at an offset of an inference tensor.  (A view at an offset of a normal tensor is made in
-    C++ and recorded: ``mark_anchored``.)  ``off_target``:
-    a tensor on another device.  ``device_arg``: a ``device=`` argument.  ``catch``: the call
-    runs in C++ and an error goes to the Python kernel (``refused``'s retry; in place and
-    boxed overloads: every call).  ``memory_format``: one other than ``preserve_format``.
-    ``set_bool``: a bool argument that is True (``convolution``'s ``transposed``).
-    ``always``: every device call (what a fix that declares nothing gets).
+    C++ and recorded: :func:`mark_anchored`.)  ``off_target``: a tensor on a device of
+    another type, or tensors on two adapters.  ``device_arg``: a ``device=`` argument.
+    ``catch``: the call runs in C++ and an error goes to the Python kernel (``refused``'s
+    retry; in place and boxed overloads: every call).  ``memory_format``: one other than
+    ``preserve_format``.  ``set_bool``: a bool argument that is True (``convolution``'s
+    ``transposed``).  ``always``: every device call (what a fix that declares nothing gets).
     """
 
     dtypes: FrozenSet[torch.dtype] = frozenset()

@@ -49,7 +49,7 @@ enum : uint32_t {
   kMixed = 1u << 1,       // tensors of rank > 0 of different dtypes
   kEmpty = 1u << 2,       // a tensor with no element
   kView = 1u << 3,        // self anchored (Anchored), or a normal tensor in inference mode
-  kOffTarget = 1u << 4,   // a tensor on another device (not a wrapped number)
+  kOffTarget = 1u << 4,   // tensors on two devices (not wrapped numbers): the CPU, another adapter
   kDeviceArg = 1u << 5,   // a device= argument
   kCatch = 1u << 6,       // an error of the call goes to Python (its retry)
   kFormat = 1u << 7,      // a memory_format= other than preserve_format
@@ -126,6 +126,7 @@ struct Scan {
   c10::SymInt self_offset{0};
   c10::SymInt delta{0};           // as_strided's storage_offset less self's (kView)
   bool self_inference = false;
+  std::optional<c10::Device> device;   // the first tensor's (kOffTarget)
   int8_t dtype = -1;              // the dtype of the tensors of rank > 0 so far (kMixed)
 
   void tensor(const at::Tensor& t) {
@@ -140,7 +141,11 @@ struct Scan {
       return;
     }
     if (watch.dtype(type)) { python = true; return; }
-    if ((flags & kOffTarget) && t.device().type() != target) { python = true; return; }
+    if (flags & kOffTarget) {
+      if (!device) device = t.device();
+      else if (t.device() != *device) { python = true; return; }
+      if (t.device().type() != target) { python = true; return; }
+    }
     if ((flags & kEmpty) && t.numel() == 0) { python = true; return; }
     if ((flags & kMixed) && t.dim() > 0) {
       if (dtype < 0) dtype = static_cast<int8_t>(type);
