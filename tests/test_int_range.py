@@ -86,7 +86,8 @@ def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, host_re
     def work(d):
         x = torch.arange(-50, 50).to(d)
         return (x + 1, x * 3, -x, x ** 2, torch.div(x, 7, rounding_mode="trunc"), x % 7, x.clone(), x.sort().values, x - x.flip(0),
-                x.view(10, 10) @ x.view(10, 10), torch.maximum(x, x.flip(0)), x.clamp(-5, 5), x > 3)
+                x.view(10, 10) @ x.view(10, 10), torch.maximum(x, x.flip(0)), x.clamp(-5, 5), x > 3,
+                x // 7, torch.div(x, 41, rounding_mode="floor"))
 
     device_results = work(dml_device)
     # x's range is known from its copy and every result's from x's, x.flip(0)'s too (its
@@ -95,9 +96,9 @@ def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, host_re
     assert_parity(device_results, work(torch.device("cpu")))
     dmlshim.trace.reset()
     (torch.tensor([2 ** 40]).to(dml_device) + 1).cpu()       # past the span: on the CPU
-    (torch.arange(3).to(dml_device) // 2).cpu()              # integer floor division: always
+    (torch.arange(3).to(dml_device) // torch.tensor([2]).to(dml_device)).cpu()   # by a tensor
     assert host_reads() == {"aten::add.Tensor": {"reads": 1, "bytes": 8},
-                            "aten::floor_divide": {"reads": 1, "bytes": 3 * 8}}
+                            "aten::floor_divide": {"reads": 1, "bytes": 4 * 8}}
 
 
 def test_known_ranges_make_no_host_read(dml_device, shim_off, range_reads, assert_parity):
