@@ -77,7 +77,10 @@ def _power(spans, args, kwargs):
 
 
 def _quotient(spans, args, kwargs):
-    return _symmetric(_magnitude(*spans))
+    """A quotient or remainder: within the operands' magnitude, and nonnegative where both are
+    (a uint8's ``x // 3`` stays within 0..255)."""
+    bound = _magnitude(*spans)
+    return (0, bound) if all(s[0] >= 0 for s in spans) else _symmetric(bound)
 
 
 def _matrix_product(spans, args, kwargs):

@@ -325,10 +325,11 @@ def _floor_by_trunc(op, args, kwargs) -> Optional[_select.Done]:
     lo, hi = span
     shift = -(lo // n) if lo < 0 else 0           # the least m with lo + m*n >= 0
     top = hi + shift * n
-    if top + n >= min(_HALF_EXACT, integers.refused(x.dtype, integers.FLOAT32)[1]):
+    if top + n >= _HALF_EXACT or top >= integers.refused(x.dtype, integers.FLOAT32)[1]:
         return None
     shifted = x + shift * n if shift else x
     quotient = torch.div(shifted, n, rounding_mode="trunc")
+    remember(quotient, ((lo + shift * n) // n, top // n))    # tighter than the law's, for the step after
     result = quotient - shift if shift else quotient
     remember(result, (lo // n, hi // n))
     return _select.Done(result)
