@@ -13,15 +13,15 @@ on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range`
 
 The fix keeps a call on the device when its values allow it (the laws: ``laws/integers.py``):
 each tensor operand's range, the result's by interval arithmetic; a call leaving the exact
-span runs on the CPU.  A range is known without a device read where it can be: a small
-integer tensor copied from the CPU has it at the copy, a result kept on the device has it from
-its operands', and every range is kept beside its tensor (:func:`known_span`, keyed by the
-tensor and its version) until a write changes it.  Only an unknown range is read (one sync:
-on the CPU up to 65536 elements, reduced on the device in float32 beyond), counted in
-``dmlshim.report()`` as a ``range read``.  ``x[i] = v`` past 32 bits becomes ``index_put_``
-of flat positions into the whole tensor.  Not held: writes into such views reached otherwise
-(docs/realdml.md).  No public report; ONNX Runtime's DirectML provider maps 64-bit integers
-to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
+span runs on the CPU, and so does a floor division, but of a known range by a positive number
+(by truncation: :func:`_floor_by_trunc`).  A range is known without a device read where it
+can be (a copy from the CPU, a fill, a mask's ``sum``, a result's from its operands'), kept
+beside its tensor (:func:`known_span`, by tensor and version) until a write changes it; only
+an unknown one is read (one sync, a ``range read`` in ``dmlshim.report()``; on the CPU up to
+65536 elements, in float32 on the device beyond).  ``x[i] = v`` past 32 bits becomes
+``index_put_`` of flat positions into the whole tensor.  Not held: writes into such views
+reached otherwise (docs/realdml.md).  No public report; ONNX Runtime's DirectML provider maps
+64-bit integers to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
 """
 from __future__ import annotations
 
