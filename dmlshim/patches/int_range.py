@@ -178,14 +178,14 @@ def _keep(t: torch.Tensor, span: Optional[Span]) -> None:
         _gate.mark(t)
 
 
-@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS, marked=True))
+@_gate.watching(_gate.Watch(dtypes=frozenset({torch.bool}), marked=True))
 def _summed(op, keyset, args, kwargs):
-    """``sum`` of a device tensor whose span is known (a bool mask's 0..1, a float mask's):
-    on the device as it is, its result's span n times the operand's (n the elements summed
-    into each).  Exact: integers sum with every bit, and whole floats whose every partial sum
-    the result's dtype holds (``remember`` checks the bound: 2**24 for float32) sum exactly
-    in any order.  SeACo-Paraformer's and SenseVoice's encoders' lengths:
-    ``masks.squeeze(1).sum(1)``."""
+    """``sum`` of a bool mask (0..1) or of a float one (marked: :func:`_keep`): on the device
+    as it is, its result's span n times the operand's (n the elements summed into each).
+    Exact: integers sum with every bit, and whole floats whose every partial sum the result's
+    dtype holds (``remember`` checks the bound: 2**24 for float32) sum exactly in any order.
+    SeACo-Paraformer's and SenseVoice's encoders' lengths: ``masks.squeeze(1).sum(1)``.  Not
+    watched: integer sums (their span unknown as often as not; each would cost the kernel)."""
     x = args[0]
     span = (0, 1) if x.dtype == torch.bool else known_span(x)
     if span is None:
