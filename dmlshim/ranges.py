@@ -9,6 +9,10 @@ version, which every in-place write to it or a view of it moves.  A view's range
 base's (its values are among them), unless it reads the memory as another dtype.  Never in
 the tensor's ``__dict__``.
 
+A floating tensor has a span only where its values are known to be whole numbers the dtype
+holds exactly (a bool mask cast to float, a sum of one, within 2**24 for float32): a mask's
+``sum(1).int()`` is a length whose range is known (SenseVoice's encoder).
+
 Not seen: a write through ``.data`` (another version counter) or through memory torch does
 not track; an inference tensor has no version, so none is kept for one.
 """
@@ -26,7 +30,7 @@ _known: Dict[int, Tuple[weakref.ref, int, Span, bool]] = {}
 
 def known_span(t: torch.Tensor) -> Optional[Span]:
     """``(least, greatest)`` of integer device tensor ``t``'s values, known without a device
-    read, or None."""
+    read, or None.  For a floating ``t``: its values are whole numbers within the span."""
     entry = _entry(t)
     return entry[2] if entry is not None else None
 
@@ -49,9 +53,9 @@ def _entry(t):
 
 def remember(t, span: Optional[Span], exact: bool = False) -> None:
     """Keep ``span`` beside integer device tensor ``t`` until its next write (nothing for a
-    CPU, float or inference tensor)."""
-    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not integral(t.dtype) \
-            or not _holds(t.dtype, span):
+    CPU, bool, complex or inference tensor).  A floating ``t``: only a span of Python ints
+    its dtype holds every integer of, the caller's word that every value is a whole number."""
+    if span is None or not isinstance(t, torch.Tensor) or t.is_cpu or not _holds(t.dtype, span):
         return
     version = _version(t)
     if version is not None:
@@ -60,16 +64,50 @@ def remember(t, span: Optional[Span], exact: bool = False) -> None:
 
 
 _LIMITS: Dict[torch.dtype, Span] = {}
+# every integer of this magnitude a floating dtype holds (its significand's bits and one)
+_WHOLE = {torch.float16: 2 ** 11, torch.bfloat16: 2 ** 8, torch.float32: 2 ** 24, torch.float64: 2 ** 53}
 
 
 def _holds(dtype: torch.dtype, span: Span) -> bool:
     """``dtype`` holds every value of ``span``: else its values wrapped, and the span bounds
-    nothing."""
+    nothing.  A floating dtype: every integer of ``span`` (float32: within 2**24), whose ends
+    are Python ints (a whole-number span); never a bool or complex one."""
     limits = _LIMITS.get(dtype)
     if limits is None:
-        info = torch.iinfo(dtype)
-        limits = _LIMITS[dtype] = (info.min, info.max)
+        if dtype.is_floating_point:
+            whole = _WHOLE.get(dtype, 0)
+            limits = (-whole, whole) if whole else (1, 0)
+        elif integral(dtype):
+            info = torch.iinfo(dtype)
+            limits = (info.min, info.max)
+        else:
+            limits = (1, 0)                 # holds nothing
+        _LIMITS[dtype] = limits
+    if dtype.is_floating_point and not (type(span[0]) is int and type(span[1]) is int):
+        return False
     return limits[0] <= span[0] and span[1] <= limits[1]
+
+
+# id -> (weak reference, version): tensors made by ``torch.empty_like`` called from Python,
+# not written since (their values are whatever the memory held: none the model may rely on)
+_unwritten: Dict[int, Tuple[weakref.ref, int]] = {}
+
+
+def mark_unwritten(t: torch.Tensor) -> None:
+    """``t`` was just made uninitialized by a call from Python (``torch.empty_like``): until
+    its version moves, no value of it is one the model wrote.  Only from Python: a C++
+    composite may write a tensor it made without moving its version (torch's factories do)."""
+    version = _version(t) if isinstance(t, torch.Tensor) and not t.is_cpu else None
+    if version is not None:
+        key = id(t)
+        _unwritten[key] = (weakref.ref(t, lambda _, key=key: _unwritten.pop(key, None)), version)
+
+
+def unwritten(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds only uninitialized memory (:func:`mark_unwritten`, version unmoved).
+    Asked from Python, where a write by any call has moved the version by then."""
+    entry = _unwritten.get(id(t))
+    return entry is not None and entry[0]() is t and entry[1] == _version(t)
 
 
 def forget(t: torch.Tensor) -> None:
@@ -82,6 +120,7 @@ def forget(t: torch.Tensor) -> None:
 def forget_all() -> None:
     """Forget every range kept (``deactivate()``)."""
     _known.clear()
+    _unwritten.clear()
 
 
 def _version(t: torch.Tensor) -> Optional[int]:

@@ -297,6 +297,24 @@ def test_device_calls_a_fix_may_act_on_reach_the_python_kernel(gate, case, dml_d
 
 
 @pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_a_sum_of_a_marked_float_reaches_the_python_kernel(gate, dml_device, assert_parity):
+    """int_range keeps a float mask's whole-number span and marks the mask (``_gate.mark``):
+    its sum, and a view's, go to the Python kernel (an encoder's lengths, their span kept),
+    as a bool mask's does; a float sum of any other tensor, and an integer one, stay in C++
+    (DEVICE_CALLS' ``sum``)."""
+    m = torch.rand(3, 1, 4) > 0.5
+    mask = m.to(dml_device).float()
+    other = torch.randn(3, 4).to(dml_device)
+    assert _python_kernel_calls(lambda: mask.squeeze(1).sum(1)) > 0
+    assert _python_kernel_calls(lambda: mask.sum()) > 0
+    assert _python_kernel_calls(lambda: other.sum(1)) == 0
+    ints, bools = torch.arange(8).to(dml_device), m.to(dml_device)
+    assert _python_kernel_calls(lambda: ints.sum()) == 0            # an integer sum: not watched
+    assert _python_kernel_calls(lambda: bools.sum()) > 0            # a bool one: 0..1, always known
+    assert_parity(mask.squeeze(1).sum(1), m.float().squeeze(1).sum(1))
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
 def test_views_the_gate_makes_at_an_offset_alias_their_base(gate, dml_device, assert_same):
     """``x[1:]`` of a root is made in C++ and marked (offset_views' anchor, the base): a view
     of it, then, is made from the base by the Python fix, and a write through it reaches ``x``

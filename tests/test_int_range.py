@@ -86,7 +86,8 @@ def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, host_re
     def work(d):
         x = torch.arange(-50, 50).to(d)
         return (x + 1, x * 3, -x, x ** 2, torch.div(x, 7, rounding_mode="trunc"), x % 7, x.clone(), x.sort().values, x - x.flip(0),
-                x.view(10, 10) @ x.view(10, 10), torch.maximum(x, x.flip(0)), x.clamp(-5, 5), x > 3)
+                x.view(10, 10) @ x.view(10, 10), torch.maximum(x, x.flip(0)), x.clamp(-5, 5), x > 3,
+                x // 7, torch.div(x, 41, rounding_mode="floor"))
 
     device_results = work(dml_device)
     # x's range is known from its copy and every result's from x's, x.flip(0)'s too (its
@@ -95,9 +96,9 @@ def test_values_within_the_span_stay_on_the_device(dml_device, shim_off, host_re
     assert_parity(device_results, work(torch.device("cpu")))
     dmlshim.trace.reset()
     (torch.tensor([2 ** 40]).to(dml_device) + 1).cpu()       # past the span: on the CPU
-    (torch.arange(3).to(dml_device) // 2).cpu()              # integer floor division: always
+    (torch.arange(3).to(dml_device) // torch.tensor([2]).to(dml_device)).cpu()   # by a tensor
     assert host_reads() == {"aten::add.Tensor": {"reads": 1, "bytes": 8},
-                            "aten::floor_divide": {"reads": 1, "bytes": 3 * 8}}
+                            "aten::floor_divide": {"reads": 1, "bytes": 4 * 8}}
 
 
 def test_known_ranges_make_no_host_read(dml_device, shim_off, range_reads, assert_parity):
@@ -350,3 +351,147 @@ def test_a_loop_of_additions_into_its_own_tensor_reads_rarely(dml_device, shim_o
     reads = sum(range_reads().values())
     assert 0 < reads <= 6, reads
     assert_parity(got, align(torch.device("cpu")))
+
+
+def test_ones_like_and_full_keep_their_fill(dml_device, shim_off, range_reads, assert_parity):
+    """``ones_like`` and ``full`` are kernels of their own on the real binary (no ``fill_`` to
+    see): their value is their span.  transformers' ``generate``: ``ones_like(x[0, :, 0],
+    dtype=torch.int64).cumsum(0) - 1`` (Fun-ASR-Nano's ``cache_position``).  A fill past 32
+    bits is known too, so the call it leaves runs on the CPU, read for nothing."""
+    from dmlshim import ranges
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+
+    def work(d):
+        x = torch.randn(1, 6, 3).to(d)
+        cache_position = torch.ones_like(x[0, :, 0], dtype=torch.int64).cumsum(0) - 1
+        pads = torch.full((2, 3), 7, dtype=torch.long, device=d)
+        big = torch.full((2,), 2 ** 40 + 3, dtype=torch.long, device=d)
+        return (cache_position, pads * 3 - 1, torch.full_like(pads, -2) + 1, pads.new_full((2,), 5) - 1,
+                torch.zeros_like(pads) - 1, big - 1, big > 5)
+
+    got = work(dml_device)
+    assert range_reads() == {}
+    assert_parity(got, work(torch.device("cpu")))
+    assert ranges.known_span(torch.ones_like(torch.randn(3).to(dml_device), dtype=torch.int32)) == (1, 1)
+
+
+def test_a_mask_sum_is_a_length_of_known_range(dml_device, shim_off, host_reads, assert_parity):
+    """An encoder's output lengths are a mask's sum: ``masks.squeeze(1).sum(1)`` of a bool mask
+    (SeACo-Paraformer's SANM encoder) or of a float one, cast back (SenseVoice's:
+    ``.sum(1).int()``): 0 to the mask's length, known without a read, and so the lengths'
+    arithmetic after (Fun-ASR-Nano's adaptor: ``(ilens - 1) // k + 1``; SenseVoice's
+    ``encoder_out_lens[i] - 4``) stays on the device."""
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+
+    def work(d):
+        lengths = torch.tensor([37, 50, 1]).to(d)
+        row = torch.arange(0, 50).to(d)
+        masks = (row < lengths[:, None])[:, None, :]
+        bool_lens = masks.squeeze(1).sum(1)
+        float_lens = masks.type(torch.float32).squeeze(1).sum(1).int()
+        half_lens = masks.half().sum(-1).long()
+        return (bool_lens, row < bool_lens[:, None], float_lens, (float_lens - 1) // 5 + 1,
+                float_lens[0] - 4, half_lens * 2, masks.sum() + 1)
+
+    got = work(dml_device)
+    assert host_reads() == {}
+    assert_parity(got, work(torch.device("cpu")))
+
+
+def test_only_whole_floats_within_their_dtype_keep_a_span(dml_device, shim_off):
+    """A float sum keeps a span only from an operand of whole values within it and a result
+    whose every partial sum the dtype holds: not an arbitrary float's, not float16's past
+    2**11 (``2049`` has no float16)."""
+    from dmlshim import ranges
+    dmlshim.activate(fallback="known")
+    d = dml_device
+    mask = torch.ones(3000, dtype=torch.bool).to(d)
+    assert ranges.known_span(mask.float().sum()) == (0, 3000)
+    assert ranges.known_span(mask.half()) == (0, 1) and ranges.known_span(mask.half().sum()) is None
+    assert ranges.known_span(mask[:2000].half().sum()) == (0, 2000)
+    assert ranges.known_span(torch.randn(4).to(d).sum()) is None
+    assert ranges.known_span(torch.arange(4.0).to(d) * 0.5) is None
+    ranges.remember(torch.zeros(2).to(d), (0.5, 1))          # not whole: refused
+    scaled = mask.float() * 0.5
+    assert ranges.known_span(scaled) is None and ranges.known_span(scaled.sum().int()) is None
+
+
+def test_floor_division_of_a_known_range_by_a_number_stays_on_the_device(dml_device, shim_off, host_reads,
+                                                                        assert_parity, assert_differs):
+    """The device's floor division misses multiples of the divisor below zero (``-49 // 7``
+    gives -8; the emulator's law, ``floor(x * (1/n))``, misses ``41 // 41`` too); with a known
+    span and a positive integral divisor it is computed on the device by truncation, which
+    divides: ``(x + m*n) // n - m``, exact (docs/defects.md, ``int_range``)."""
+    x = torch.arange(-300, 300)
+    assert_differs((x.to(dml_device) // 7).cpu(), x // 7)                 # the defect, raw
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+
+    def work(d):
+        y = x.to(d)
+        small = torch.tensor([0, 1, 2, 200, 255], dtype=torch.uint8).to(d)
+        narrow = torch.tensor([-60, -49, 0, 49, 60], dtype=torch.int8).to(d)
+        return (*(y // n for n in (1, 3, 7, 41, 97, 128, 1000)), torch.div(y, 41, rounding_mode="floor"),
+                torch.floor_divide(y, torch.tensor(7)), y.int() // 13, small // 3, narrow // 7, y[:4] // 2 + 1)
+
+    got = work(dml_device)
+    assert host_reads() == {}
+    assert_parity(got, work(torch.device("cpu")))
+    dmlshim.trace.reset()
+    near = torch.tensor([-128, -1, 127], dtype=torch.int8)
+    assert_parity((near.to(dml_device) // 7).cpu(), near // 7)           # shifted past int8: the CPU
+    y = x.to(dml_device)
+    y //= 7                                                            # in place: the CPU, as before
+    assert_parity(y.cpu(), x // 7)
+    assert set(host_reads()) == {"aten::floor_divide", "aten::floor_divide_.Tensor"}
+
+
+def test_x_setitem_into_any_integer_tensor_keeps_its_range(dml_device, shim_off, range_reads, assert_parity):
+    """``x[x < 0] = 0`` into an int32 tensor: its range the union of its own and the value's,
+    kept once the version settles (Fun-ASR-Nano's ``fake_token_len``, then
+    ``fbank_beg_idx + speech_token_len``); a value past the exact span is kept too, so the
+    next call leaving it is read and sent to the CPU."""
+    dmlshim.activate(fallback="known")
+
+    def work(d):
+        lens = torch.tensor([[3, -1, 5]], dtype=torch.int32).to(d)
+        lens[lens < 0] = 0
+        token_len = lens[0, 2]
+        wide = torch.tensor([1, 2], dtype=torch.int32).to(d)
+        wide[1] = 2 ** 30
+        return 7 + token_len, lens - 1, wide * 64
+
+    dmlshim.trace.reset()
+    got = work(dml_device)
+    assert range_reads() == {"aten::mul.Tensor": 1}
+    assert_parity(got, work(torch.device("cpu")))
+
+
+def test_pack_padded_sequence_reads_nothing(dml_device, shim_off, host_reads, assert_parity):
+    """``pack_padded_sequence(enforce_sorted=False)``'s ``invert_permutation``: ``scatter_`` of
+    an ``arange`` into ``torch.empty_like(...)``, uninitialized memory whose 32 bits change
+    no value the model may rely on, so it is not measured (SeACo-Paraformer's hotwords read
+    it twice and sent it to the CPU).  A tensor written since is measured again."""
+    dmlshim.activate(fallback="known")
+
+    x = torch.randn(3, 5, 4)
+
+    def work(d):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x.to(d), torch.tensor([3, 5, 2]), batch_first=True,
+                                                         enforce_sorted=False)
+        return packed.data, packed.sorted_indices, packed.unsorted_indices
+
+    dmlshim.trace.reset()
+    got = work(dml_device)
+    assert host_reads() == {}
+    assert_parity(got, work(torch.device("cpu")))
+
+    def written(d):
+        perm = torch.tensor([2, 0, 1]).to(d)
+        out = torch.empty_like(perm)
+        out.fill_(2 ** 40 + 5)                  # a write: its values are the model's now
+        return out.scatter_(0, perm[:2], torch.arange(2, device=d))
+
+    assert_parity(written(dml_device), written(torch.device("cpu")))

@@ -77,7 +77,10 @@ def _power(spans, args, kwargs):
 
 
 def _quotient(spans, args, kwargs):
-    return _symmetric(_magnitude(*spans))
+    """A quotient or remainder: within the operands' magnitude, and nonnegative where both are
+    (a uint8's ``x // 3`` stays within 0..255)."""
+    bound = _magnitude(*spans)
+    return (0, bound) if all(s[0] >= 0 for s in spans) else _symmetric(bound)
 
 
 def _matrix_product(spans, args, kwargs):
@@ -198,6 +201,11 @@ def _filled(spans, args, kwargs) -> Span:
     return spans[0] if spans else (0, 0)
 
 
+def _ones(spans, args, kwargs) -> Span:
+    """``ones_like``'s 1 (a kernel of its own on the real binary: no ``fill_`` to see)."""
+    return (1, 1)
+
+
 # op -> (the result's span, which arguments to measure)
 SPANS: Dict[torch._ops.OpOverload, Tuple[Callable, Tuple[int, ...]]] = {
     **{op: (_and, (0, 1)) for op in (_aten.bitwise_and.Tensor, _aten.bitwise_and.Scalar)},
@@ -205,6 +213,7 @@ SPANS: Dict[torch._ops.OpOverload, Tuple[Callable, Tuple[int, ...]]] = {
                                         _aten.bitwise_xor.Tensor, _aten.bitwise_xor.Scalar)},
     _aten.cumsum.default: (_running_sum, (0,)),
     _aten.fill_.Scalar: (_filled, (1,)), _aten.zero_.default: (_filled, ()),
+    _aten.ones_like.default: (_ones, ()),
 }
 
 # integer floor division is floor(x * (1/n)) in float32: wrong at some multiples of n below 0

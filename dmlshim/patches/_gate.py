@@ -57,7 +57,9 @@ class Watch:
     ``catch``: the call runs in C++ and an error goes to the Python kernel (``refused``'s
     retry; in place and boxed overloads: every call).  ``memory_format``: one other than
     ``preserve_format``.  ``set_bool``: a bool argument that is True (``convolution``'s
-    ``transposed``).  ``always``: every device call (what a fix that declares nothing gets).
+    ``transposed``).  ``marked``: a tensor :func:`mark` marked, or a view of one (int_range's
+    whole-number floats: a mask's ``sum``).  ``always``: every device call (what a fix that
+    declares nothing gets).
     """
 
     dtypes: FrozenSet[torch.dtype] = frozenset()
@@ -70,6 +72,7 @@ class Watch:
     catch: bool = False
     memory_format: bool = False
     set_bool: bool = False
+    marked: bool = False
     always: bool = False
 
     def __or__(self, other: "Watch") -> "Watch":
@@ -81,7 +84,8 @@ class Watch:
         return sum(1 << i for i, name in enumerate(_FLAGS) if getattr(self, name))
 
 
-_FLAGS = ("always", "mixed", "empty", "view", "off_target", "device_arg", "catch", "memory_format", "set_bool")
+_FLAGS = ("always", "mixed", "empty", "view", "off_target", "device_arg", "catch", "memory_format", "set_bool",
+          "marked")
 ALWAYS = Watch(always=True)
 NOTHING = Watch()
 # integer and bool dtypes: what the integer fixes (int_range, int_broadcast ...) look at
@@ -129,6 +133,13 @@ def mark_anchored(view: torch.Tensor, anchor: torch.Tensor, offset: int) -> None
     Nothing without a gate."""
     if _extension.cache_info().currsize:
         _extension().mark_anchored(view, anchor, offset)
+
+
+def mark(t: torch.Tensor) -> None:
+    """Mark ``t`` for the gate: an overload watching ``marked`` sends its device calls of ``t``
+    or a view of it to the Python kernel.  Nothing without a gate (every call goes there)."""
+    if _extension.cache_info().currsize:
+        _extension().mark(t)
 
 
 def anchored(t: torch.Tensor):

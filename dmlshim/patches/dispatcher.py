@@ -44,9 +44,9 @@ hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], .
     "mul": (), "_to_copy": (), "_index_put_impl_": ()}
 # After-hooks of the net's kernels, told each result of a device call: f(op, args, kwargs,
 # result) (int_range: the span of an integer tensor copied over, of a concatenation, of a
-# product).
+# product, of a ``full``).
 after_hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict, object], None], ...]] = {
-    "_to_copy": (), "cat": (), "index": (), "mul": ()}
+    "_to_copy": (), "cat": (), "index": (), "mul": (), "full": ()}
 
 
 def add_hook(base: str, fix, *, after: bool = False) -> None:

@@ -13,18 +13,19 @@ on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range`
 
 The fix keeps a call on the device when its values allow it (the laws: ``laws/integers.py``):
 each tensor operand's range, the result's by interval arithmetic; a call leaving the exact
-span runs on the CPU.  A range is known without a device read where it can be: a small
-integer tensor copied from the CPU has it at the copy, a result kept on the device has it from
-its operands', and every range is kept beside its tensor (:func:`known_span`, keyed by the
-tensor and its version) until a write changes it.  Only an unknown range is read (one sync:
-on the CPU up to 65536 elements, reduced on the device in float32 beyond), counted in
-``dmlshim.report()`` as a ``range read``.  ``x[i] = v`` past 32 bits becomes ``index_put_``
-of flat positions into the whole tensor.  Not held: writes into such views reached otherwise
-(docs/realdml.md).  No public report; ONNX Runtime's DirectML provider maps 64-bit integers
-to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
+span runs on the CPU, and so does a floor division, but of a known range by a positive number
+(by truncation: :func:`_floor_by_trunc`).  A range is known without a device read where it
+can be (a copy from the CPU, a fill, a mask's ``sum``, a result's from its operands'), kept
+beside its tensor (:func:`known_span`, by tensor and version) until a write changes it; only
+an unknown one is read (one sync, a ``range read`` in ``dmlshim.report()``; on the CPU up to
+65536 elements, in float32 on the device beyond).  ``x[i] = v`` past 32 bits becomes
+``index_put_`` of flat positions into the whole tensor.  Not held: writes into such views
+reached otherwise (docs/realdml.md).  No public report; ONNX Runtime's DirectML provider maps
+64-bit integers to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
 """
 from __future__ import annotations
 
+import contextvars
 import time
 from typing import Optional
 
@@ -33,7 +34,7 @@ import torch
 from .. import fallback, trace
 from ..laws import integers
 from ..laws.integers import RULES, Span
-from ..ranges import forget, forget_all, integral, known_exactly, known_span, remember
+from ..ranges import forget, forget_all, integral, known_exactly, known_span, mark_unwritten, remember, unwritten
 from . import _gate, _select
 from ._wrap import PatchSet
 
@@ -76,11 +77,49 @@ def _bounded(args) -> bool:
 def _assess(op, args, kwargs):
     """``laws.integers.assess`` by the spans kept; where a kept bound (doubling in a loop:
     SenseVoice's CTC alignment) leaves the exact span, by the values read instead: one sync,
-    where the CPU's copy would have been one too, and the call stays on the device."""
-    leaves, span = integers.assess(op, args, kwargs, _span)
-    if leaves and _bounded(args):
-        leaves, span = integers.assess(op, args, kwargs, _exact_span)
-    return leaves, span
+    where the CPU's copy would have been one too, and the call stays on the device.  A first
+    write into uninitialized memory (:func:`_first_write`) measures no ``self``, and its
+    result's span is not known."""
+    measure, exact = _span, _exact_span
+    if op in _FIRST_WRITES and args and args[0] is _FRESH.get():
+        fresh = args[0]
+        measure = lambda value, op=None: (0, 0) if value is fresh else _span(value, op)          # noqa: E731
+        exact = lambda value, op=None: (0, 0) if value is fresh else _exact_span(value, op)      # noqa: E731
+    leaves, span = integers.assess(op, args, kwargs, measure)
+    if leaves and _bounded(args[1:] if measure is not _span else args):
+        leaves, span = integers.assess(op, args, kwargs, exact)
+    return leaves, (span if measure is _span else None)
+
+
+# the tensor a Python ``scatter_`` is writing into first, uninitialized (_first_write)
+_FRESH: contextvars.ContextVar = contextvars.ContextVar("dmlshim_int_range_fresh", default=None)
+_FIRST_WRITES = (_aten.scatter_.src, _aten.scatter_.value)
+
+
+def _empty_like(func, args, kwargs):
+    """``torch.empty_like`` of an integer device tensor, from Python: its result marked
+    uninitialized (``ranges.mark_unwritten``) until its first write."""
+    result = func(*args, **kwargs)
+    if isinstance(result, torch.Tensor) and integral(result.dtype):
+        mark_unwritten(result)
+    return "pass", result
+
+
+def _first_write(func, args, kwargs):
+    """``Tensor.scatter_`` into an integer device tensor ``torch.empty_like`` made and nothing
+    wrote since (its version unmoved, asked here, above every kernel): the values the call
+    does not write are uninitialized on the CPU too, so the law's 32 bits of them change no
+    value the model may rely on, and ``self`` is not measured (no read: a device's garbage
+    past 32 bits sent ``pack_padded_sequence``'s ``invert_permutation`` to the CPU after two
+    reads).  Its result's span stays unknown (whatever was not written)."""
+    self = args[0]
+    if not unwritten(self):
+        return "pass", func(*args, **kwargs)
+    token = _FRESH.set(self)
+    try:
+        return "pass", func(*args, **kwargs)
+    finally:
+        _FRESH.reset(token)
 
 
 def _whole(value: torch.Tensor) -> torch.Tensor:
@@ -118,16 +157,57 @@ def _unread_span(t: torch.Tensor) -> Optional[Span]:
 def _copied_over(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``_to_copy``: a small integer CPU tensor copied to
     the device gives its span on the CPU, without a read; a cast on the device keeps a bool's
-    0..1 (``mask.long()``) or an integer's known span (``remember`` drops one the new dtype
-    does not hold)."""
+    0..1 (``mask.long()``, ``mask.float()``) or an integer's known span, and a cast of whole
+    floats to integers theirs (a mask's ``sum(1).int()``; whole numbers cast exactly,
+    whatever the rounding; ``remember`` drops a span the new dtype does not hold)."""
     source = args[0]
-    if not isinstance(result, torch.Tensor) or result.is_cpu or not integral(result.dtype):
+    if not isinstance(result, torch.Tensor) or result.is_cpu:
         return
     if source.is_cpu:
-        if 0 < source.numel() <= _AT_THE_COPY:
+        if integral(result.dtype) and 0 < source.numel() <= _AT_THE_COPY:
             remember(result, _span(source), exact=True)
-    elif source.dtype == torch.bool or integral(source.dtype):
-        remember(result, _operand_span(source))
+    elif integral(result.dtype) or result.is_floating_point():
+        _keep(result, (0, 1) if source.dtype == torch.bool else known_span(source))
+
+
+def _keep(t: torch.Tensor, span: Optional[Span]) -> None:
+    """:func:`remember`; a floating ``t`` whose whole-number span is kept is marked for the
+    gate too (``_gate.mark``), whose ``sum`` watches such tensors alone (:func:`_summed`)."""
+    remember(t, span)
+    if t.is_floating_point() and known_span(t) is not None:
+        _gate.mark(t)
+
+
+@_gate.watching(_gate.Watch(dtypes=frozenset({torch.bool}), marked=True))
+def _summed(op, keyset, args, kwargs):
+    """``sum`` of a bool mask (0..1) or of a float one (marked: :func:`_keep`): on the device
+    as it is, its result's span n times the operand's (n the elements summed into each).
+    Exact: integers sum with every bit, and whole floats whose every partial sum the result's
+    dtype holds (``remember`` checks the bound: 2**24 for float32) sum exactly in any order.
+    SeACo-Paraformer's and SenseVoice's encoders' lengths: ``masks.squeeze(1).sum(1)``.  Not
+    watched: integer sums (their span unknown as often as not; each would cost the kernel)."""
+    x = args[0]
+    span = (0, 1) if x.dtype == torch.bool else known_span(x)
+    if span is None:
+        return None
+    result = _select.pass_on(op, keyset, args, kwargs, after=_summed, traced=True)
+    n = _summed_count(op, x, args, kwargs)
+    _keep(result, (n * span[0], n * span[1]))
+    return _select.Done(result, record=False)
+
+
+def _summed_count(op, x: torch.Tensor, args, kwargs) -> int:
+    """How many of ``x``'s elements ``sum`` adds into each of its results."""
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    if op is _aten.sum.default or not dims or x.dim() == 0:
+        return x.numel()
+    n = 1
+    for d in {d % x.dim() for d in dims}:
+        n *= x.shape[d]
+    return n
+
+
+_SUMS = (_aten.sum.dim_IntList, _aten.sum.default)
 
 
 def _operand_span(value) -> Optional[Span]:
@@ -157,7 +237,18 @@ def _spanned(op, keyset, args, kwargs):
     return _select.Done(result, record=False)
 
 
-_FILLS = (_aten.fill_.Scalar, _aten.zero_.default)     # every value the one filled: exact
+# every value the one filled: exact.  ones_like: a kernel of its own on the real binary (and a
+# new tensor, version 0): transformers' ``ones_like(x, dtype=torch.int64).cumsum(0) - 1``
+_FILLS = (_aten.fill_.Scalar, _aten.zero_.default, _aten.ones_like.default)
+
+
+@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
+def _full(op, args, kwargs, result) -> None:
+    """The dispatcher net's after-hook of ``full`` (a kernel of its own on the real binary, no
+    ``fill_`` to see): a new integer tensor, every value its fill value.  Watched where
+    ``dtype=`` is an integer; ``torch.full(size, 7)`` infers int64 below the gate, unseen."""
+    if isinstance(result, torch.Tensor) and not result.is_cpu and integral(result.dtype):
+        remember(result, _operand_span(args[1] if len(args) > 1 else kwargs.get("fill_value")), exact=True)
 
 
 MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
@@ -180,7 +271,13 @@ _NOT_A_BOUND = {_aten.clamp.default, _aten.clamp_.default, _aten.clamp_min.defau
 def _guarded(op, keyset, args, kwargs):
     """The call on the CPU when its values leave the exact span, else on the device, its
     result's span kept (:func:`remember`): the law's, or where the call is exact anyway (two
-    tensors added), its operands' known ones; ``sort``/``topk`` indices from the shape."""
+    tensors added), its operands' known ones; ``sort``/``topk`` indices from the shape; an
+    integer floor division of a known span by a positive number by truncation
+    (:func:`_floor_by_trunc`)."""
+    if keyset is not None and integers.floor_division(op, args, kwargs):
+        done = _floor_by_trunc(op, args, kwargs)
+        if done is not None:
+            return done
     leaves, span = _assess(op, args, kwargs)
     if leaves:
         return _select.on_cpu(op, args, kwargs)
@@ -193,6 +290,49 @@ def _guarded(op, keyset, args, kwargs):
         remember(result[1], _index_span(args[0], _sort_dim(op, args, kwargs)))
     remember(result[0] if isinstance(result, (tuple, list)) else result, span)
     return _select.Done(result, record=False)
+
+
+# functional floor divisions (in place and out=: on the CPU, as before)
+_FLOORS_BY_TRUNC = (_aten.floor_divide.default, _aten.floor_divide.Scalar, _aten.div.Tensor_mode,
+                    _aten.div.Scalar_mode)
+_HALF_EXACT = integers.FLOAT_EXACT // 2     # a quotient's dividend plus divisor below: exact
+
+
+def _floor_by_trunc(op, args, kwargs) -> Optional[_select.Done]:
+    """``x // n`` of an integer device tensor whose span is known, ``n`` a positive integral
+    number, on the device: ``(x + m*n) // n - m``, the division by truncation, which equals the
+    floor for a nonnegative dividend (``m`` the least that makes ``x + m*n`` one).  The device's
+    floor division multiplies by ``1/n`` in float32 and misses multiples of ``n`` (the
+    emulator's law: ``41 // 41`` gives 0, ``-49 // 7`` -8); ``div(rounding_mode="trunc")``
+    divides, right on both drivers (docs/defects.md, ``int_range``), and a correctly rounded
+    float32 quotient truncates exactly while dividend plus divisor stays below 2**24 (the margin
+    here: 2**23).  Each step a call the law keeps exact, its span kept.  None where a span is
+    unknown, the divisor is not a positive integer, or the shifted span leaves that margin or
+    the dtype: the call goes on as before (on the CPU).  Fun-ASR-Nano's adaptor:
+    ``(ilens - 1) // self.k + 1``."""
+    if op not in _FLOORS_BY_TRUNC:
+        return None
+    x, n = args[0], (args[1] if len(args) > 1 else kwargs.get("other"))
+    if not isinstance(x, torch.Tensor) or x.is_cpu or not integral(x.dtype):
+        return None
+    if isinstance(n, torch.Tensor):
+        if not integers.is_number(n) or not integral(n.dtype) or torch.result_type(x, n) != x.dtype:
+            return None
+        n = n.item()                               # a CPU number: no device read
+    span = known_span(x)
+    if type(n) is not int or n <= 0 or span is None:
+        return None
+    lo, hi = span
+    shift = -(lo // n) if lo < 0 else 0           # the least m with lo + m*n >= 0
+    top = hi + shift * n
+    if top + n >= _HALF_EXACT or top >= integers.refused(x.dtype, integers.FLOAT32)[1]:
+        return None
+    shifted = x + shift * n if shift else x
+    quotient = torch.div(shifted, n, rounding_mode="trunc")
+    remember(quotient, ((lo + shift * n) // n, top // n))    # tighter than the law's, for the step after
+    result = quotient - shift if shift else quotient
+    remember(result, (lo // n, hi // n))
+    return _select.Done(result)
 
 
 def _unread_result_span(op, args, kwargs) -> Optional[Span]:
@@ -245,7 +385,7 @@ def _indexed(op, args, kwargs, result) -> None:
     """The dispatcher net's after-hook of ``index`` (``x[mask]``, ``x[idx]``): its values are
     among ``x``'s, so they have ``x``'s range where that is known."""
     if isinstance(result, torch.Tensor) and not args[0].is_cpu:
-        remember(result, known_span(args[0]))
+        _keep(result, known_span(args[0]))
 
 
 @_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
@@ -324,15 +464,18 @@ def _on_host(index):
 
 
 def _setitem(func, args, kwargs):
-    """``x[i] = v`` into an int64 device tensor, ``v`` past 32 bits: the real binary keeps the
+    """``x[i] = v`` into an integer device tensor: its span after, the union of its own before
+    and ``v``'s, kept once the version has settled (``x[x < 0] = 0``: Fun-ASR-Nano's
+    ``fake_token_len``).  Into an int64 one, ``v`` past 32 bits: the real binary keeps the
     low 32 bits of a write into a view with an offset or strides (``fill_``, ``copy_``, from
     the CPU too), which a slice or a single place is.  Written as ``index_put_`` of the places'
     flat positions into the whole tensor (held above: on the CPU, written back whole)."""
     self, index, value = args
-    if self._base is not None or not self.is_contiguous() or not past_32_bits(value):
-        if type(value) is int:          # copied over, its range known: torch's own device
-            value = torch.tensor(value, dtype=self.dtype).to(self.device)   # scalar is not
-        after = integers.union([known_span(self), _unread_span(value)])
+    if self.dtype != torch.int64 or self._base is not None or not self.is_contiguous() \
+            or not past_32_bits(value):
+        if type(value) is int and self.dtype == torch.int64:   # copied over, its range known:
+            value = torch.tensor(value, dtype=self.dtype).to(self.device)   # torch's own is not
+        after = integers.union([known_span(self), _operand_span(value)])
         func(self, index, value)
         remember(self, after)           # at the write's version, which moved in func
         return "pass", None
@@ -382,6 +525,16 @@ def _integer_on(target: str):
     return _on(target, integral)
 
 
+def _first_on(target: str):
+    """``empty_like``'s select: its input a ``target`` device tensor of an integer dtype (an
+    integer ``dtype=`` of a float input: not seen, as the front passes it by)."""
+    def select(_, args, kwargs):
+        first = args[0] if args else kwargs.get("input")
+        return isinstance(first, torch.Tensor) and not first.is_cpu and first.device.type == target \
+            and integral(first.dtype) and integral(kwargs.get("dtype") or first.dtype)
+    return select
+
+
 def _int64_on(target: str):
     return _on(target, lambda dtype: dtype == torch.int64)
 
@@ -389,7 +542,8 @@ def _int64_on(target: str):
 _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
                            **{op: _indices for op in _INDICES},
                            **{op: _within_source for op in _SOURCES},
-                           **{op: _spanned for op in integers.SPANS}})
+                           **{op: _spanned for op in integers.SPANS},
+                           **{op: _summed for op in _SUMS}})
 _index_kernel = _select.Kernels({_INDEX: _within_source})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
@@ -404,14 +558,17 @@ def install(ctx) -> None:
     where it holds them, and the Python entry points ``Tensor.copy_`` and ``__setitem__``."""
     from . import dispatcher
     _kernels.install(ctx)
-    # their selects look at self's dtype: the front passes a device call by unless a tensor
-    # is of such a dtype
-    for name in ("copy_", "__setitem__"):
-        _patches.intercept(ctx, torch.Tensor, name, _copy if name == "copy_" else _setitem,
-                           select=_int64_on(ctx.target), device=_gate.Watch(dtypes=frozenset({torch.int64})))
+    # their selects look at self's dtype (empty_like's: its input's): the front passes a
+    # device call by unless a tensor is of such a dtype
+    integers_only = _gate.Watch(dtypes=frozenset(d for d in _gate.INTEGERS if integral(d)))
+    _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target),
+                       device=_gate.Watch(dtypes=frozenset({torch.int64})))
+    for owner, name, handler, select in ((torch.Tensor, "__setitem__", _setitem, _integer_on),
+                                         (torch.Tensor, "scatter_", _first_write, _integer_on),
+                                         (torch, "empty_like", _empty_like, _first_on)):
+        _patches.intercept(ctx, owner, name, handler, select=select(ctx.target), device=integers_only)
     for name, handler in _IN_PLACE.items():
-        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target),
-                           device=_gate.Watch(dtypes=frozenset(d for d in _gate.INTEGERS if integral(d))))
+        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=integers_only)
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.add_hook(base, net_fix)
         if not all(dispatcher.holds(op) for op in ops):
@@ -420,6 +577,7 @@ def install(ctx) -> None:
     dispatcher.add_hook("cat", _concatenated, after=True)
     dispatcher.add_hook("index", _indexed, after=True)
     dispatcher.add_hook("mul", _multiplied, after=True)
+    dispatcher.add_hook("full", _full, after=True)
     if not dispatcher.holds(_INDEX):
         _index_kernel.install(ctx)
 
@@ -431,6 +589,7 @@ def uninstall() -> None:
     dispatcher.remove_hook("cat", _concatenated, after=True)
     dispatcher.remove_hook("index", _indexed, after=True)
     dispatcher.remove_hook("mul", _multiplied, after=True)
+    dispatcher.remove_hook("full", _full, after=True)
     _index_kernel.uninstall()
     forget_all()
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):

@@ -54,6 +54,7 @@ enum : uint32_t {
   kCatch = 1u << 6,       // an error of the call goes to Python (its retry)
   kFormat = 1u << 7,      // a memory_format= other than preserve_format
   kSetBool = 1u << 8,     // a bool argument that is true (convolution's transposed)
+  kMarked = 1u << 9,      // a tensor Python marked (Marked), or a view of one
 };
 
 struct Watch {
@@ -116,6 +117,43 @@ Anchored& anchored() {
   return *table;
 }
 
+// The tensors Python marked (mark): a floating tensor whose whole-number span int_range keeps
+// (patches/int_range.py), so a sum of it goes to Python while other float sums stay here.  A
+// weak pointer each, as Anchored's; a mark outlives writes (Python checks the version).
+class Marked {
+ public:
+  void add(const at::Tensor& t) {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (++added_ % 4096 == 0) sweep();
+    marked_.insert_or_assign(t.unsafeGetTensorImpl(), Weak(t.getIntrusivePtr()));
+  }
+  // t or, for a view, its base
+  bool has(const at::Tensor& t) {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (marked_.empty()) return false;
+    if (found(t.unsafeGetTensorImpl())) return true;
+    return t.is_view() && found(t._base().unsafeGetTensorImpl());
+  }
+
+ private:
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  bool found(const c10::TensorImpl* impl) {
+    const auto it = marked_.find(impl);
+    return it != marked_.end() && !it->second.expired();
+  }
+  void sweep() {
+    for (auto it = marked_.begin(); it != marked_.end();) it = it->second.expired() ? marked_.erase(it) : std::next(it);
+  }
+  std::mutex lock_;
+  std::unordered_map<const c10::TensorImpl*, Weak> marked_;
+  size_t added_ = 0;
+};
+
+Marked& marked() {
+  static auto* table = new Marked();     // never destroyed: kernels may run during exit
+  return *table;
+}
+
 // One pass over a device call's arguments: whether Python must see it.
 struct Scan {
   const Watch& watch;
@@ -141,6 +179,7 @@ struct Scan {
       return;
     }
     if (watch.dtype(type)) { python = true; return; }
+    if ((flags & kMarked) && marked().has(t)) { python = true; return; }
     if (flags & kOffTarget) {
       if (!device) device = t.device();
       else if (t.device() != *device) { python = true; return; }
@@ -760,6 +799,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mark_anchored", [](const at::Tensor& view, const at::Tensor& anchor, int64_t offset) {
           anchored().add(view, anchor, offset);
         }, "Mark view as holding offset (elements) of anchor inside DirectML's tensor (offset_views)");
+  m.def("mark", [](const at::Tensor& t) { marked().add(t); },
+        "Mark t: a watch with kMarked sends a device call of it (or of a view of it) to Python");
   m.def("anchored", [](const at::Tensor& t) {
           auto [anchor, offset] = anchored().anchor(t);
           return std::make_tuple(anchor.defined() ? py::cast(anchor) : py::none(), offset);
