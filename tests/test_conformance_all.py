@@ -23,10 +23,19 @@ def _sorts(d):
             torch.sort(torch.tensor([3, 1, 2]).to(d)))
 
 
-def test_sort_of_a_0dim_tensor_gives_0_raw(dml_device, shim_off):
-    """Without dmlshim: the 0-dim values come back 0 (never written); argsort is right."""
-    values, indices = torch.sort(torch.tensor(1.5).to(dml_device))
-    assert values.cpu().item() == 0.0 and indices.cpu().item() == 0
+def test_sort_of_a_0dim_tensor_is_never_written_raw(dml_device, shim_off):
+    """Without dmlshim: a 0-dim tensor's sorted value is never written: whatever its memory held
+    (0 on a fresh block, on the real binary often the last freed 4-byte tensor's value; the
+    emulator: 0), so not the input's.  Guaranteed: shape and dtype, the index 0, argsort right;
+    and values of this test's own (never written before) do not come back, all of them."""
+    inputs = (1.5078125, -2.5234375, 3.5390625)
+    got = []
+    for v in inputs:
+        values, indices = torch.sort(torch.tensor(v).to(dml_device))
+        assert values.shape == () and values.dtype == torch.float32 and indices.dtype == torch.int64
+        assert indices.cpu().item() == 0
+        got.append(values.cpu().item())
+    assert not all(g == v for g, v in zip(got, inputs)), got
     assert torch.argsort(torch.tensor(1.5).to(dml_device)).cpu().item() == 0
 
 
@@ -104,3 +113,67 @@ def test_vector_norm_of_a_0dim_tensor_with_the_shim_equals_cpu(dml_device, shim_
     ZeroDivisionError (OpInfo's linalg.vector_norm, norm, normalize samples past the first 4)."""
     dmlshim.activate(fallback="known")
     assert_parity(_zero_dim_norms(dml_device), _zero_dim_norms(CPU))
+
+
+# ------------------------------------------------------------ empty_broadcast (probed)
+def _empty_binaries(d):
+    """Binary ops with an operand of no elements: OpInfo's (0, 1, 3) with (0, 10, 3) (rsub,
+    bitwise_xor, isclose, diff), in place and out=, a 0-dim and a number operand, int64, bool
+    and float16, and results whose last dimension is 0 or 1."""
+    a, b = torch.ones(0, 1, 3).to(d), torch.ones(0, 10, 3).to(d)
+    i, m = torch.ones(0, 3, dtype=torch.int64).to(d), torch.zeros(0, 3, dtype=torch.bool).to(d)
+    out = torch.empty(2, dtype=torch.int64).to(d)
+    return (torch.sub(a, b), torch.rsub(a, b, alpha=2), b - a, torch.sub(torch.ones(1, 3).to(d), a),
+            torch.sub(a, torch.tensor(2.0).to(d)), torch.sub(a, 2), torch.isclose(a, b), torch.isclose(a.half(), b.half()),
+            torch.diff(torch.ones(0, 4, 3).to(d), dim=1), torch.diff(torch.ones(0, 4, 3).to(d), dim=0),
+            torch.bitwise_xor(i, i), torch.bitwise_xor(i, 3), torch.bitwise_xor(m, m), i ^ torch.ones(1, 3, dtype=torch.int64).to(d),
+            torch.bitwise_xor(i, i, out=out), torch.sub(a, b, out=torch.empty(5).to(d)),
+            a.clone().add_(a), a.clone().sub_(a, alpha=3), i.clone().div_(i, rounding_mode="floor"), a.clone().pow_(a),
+            i.clone().bitwise_or_(i), m.clone().bitwise_and_(m), a.clone().addcmul_(a, a),
+            torch.sub(torch.ones(2, 1, 0).to(d), torch.ones(2, 5, 0).to(d)), torch.ones(3, 0).to(d) - torch.ones(3, 1).to(d),
+            torch.sub(torch.ones(2, 3).to(d), torch.ones(2, 3).to(d)))
+
+
+def test_binary_op_with_an_empty_operand_is_refused_raw(dml_device, shim_off):
+    """Without dmlshim: float32 sub, bitwise_xor and in-place add_ with an empty operand raise."""
+    a, b = torch.ones(0, 1, 3).to(dml_device), torch.ones(0, 10, 3).to(dml_device)
+    with pytest.raises(RuntimeError, match="The size of tensor a \\(0\\) must match"):
+        torch.sub(a, b)
+    with pytest.raises(RuntimeError, match="The size of tensor a \\(0\\) must match"):
+        torch.bitwise_xor(a.long(), b.long())
+    with pytest.raises(RuntimeError, match="The size of tensor a \\(0\\) must match"):
+        b.clone().add_(a)
+    assert torch.sub(torch.ones(2, 1, 0).to(dml_device), torch.ones(2, 5, 0).to(dml_device)).shape == (2, 5, 0)
+
+
+def test_binary_op_with_an_empty_operand_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["empty_broadcast"] == probing.DETECTED
+    assert "empty_broadcast" in patches.installed()
+    assert_parity(_empty_binaries(dml_device), _empty_binaries(CPU))
+    with pytest.raises(RuntimeError, match="The size of tensor a \\(2\\) must match"):   # the CPU's error
+        torch.sub(torch.ones(0, 2).to(dml_device), torch.ones(0, 3).to(dml_device))
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        torch.ones(1, 3).to(dml_device).add_(torch.ones(0, 3).to(dml_device))
+
+
+# ------------------------------------------------------------ cdist of an empty 3-D batch (cdist's fix)
+def _empty_cdists(d):
+    """cdist of 3-D inputs whose result has no elements: OpInfo's (0, 4, 5) with (1, 3, 5), an
+    empty batch on the right, no rows, p 2 and 1, and inputs of no columns (zeros)."""
+    def pair(s1, s2):
+        return torch.ones(s1).to(d), torch.ones(s2).to(d)
+    return (torch.cdist(*pair((0, 4, 5), (1, 3, 5))), torch.cdist(*pair((1, 4, 5), (0, 3, 5)), p=1.0),
+            torch.cdist(*pair((2, 0, 5), (2, 3, 5)), compute_mode="donot_use_mm_for_euclid_dist"),
+            torch.cdist(*pair((2, 4, 5), (2, 0, 5)), p=3.0), torch.cdist(*pair((2, 4, 0), (2, 3, 0))))
+
+
+def test_cdist_of_an_empty_3d_batch_is_refused_raw(dml_device, shim_off):
+    with pytest.raises(RuntimeError):
+        torch.cdist(torch.ones(0, 4, 5).to(dml_device), torch.ones(1, 3, 5).to(dml_device))
+
+
+def test_cdist_of_an_empty_3d_batch_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert "cdist" in patches.installed()
+    assert_parity(_empty_cdists(dml_device), _empty_cdists(CPU))

@@ -21,7 +21,9 @@ import functools
 import torch
 
 from ..laws import broadcast, integers, norms, pooling
+from ..laws import empty as empty_law
 from ..laws.empty import empty
+from .routing import op_name
 from . import _backend
 from .fatal import FatalDirectMLError
 
@@ -430,6 +432,10 @@ def _dml_vector_norm(self, *args, **kwargs):
 
 def _cdist_not_3d(x1, x2, *_, **__):
     return norms.not_3d(x1, x2)
+
+
+def _cdist_empty_3d(x1, x2, *_, **__):
+    return norms.empty_3d(x1, x2)
 
 
 def _dml_cdist(x1, x2, p, compute_mode=None, *, out=None):
@@ -850,6 +856,8 @@ def refused_cases():
         dict(op="_cdist_forward", when=_cdist_not_3d, replace=_dml_cdist,
              source=SOURCE.format("_cdist_forward of inputs that are not 3-D: a 2-D pair read as rows of "
                                   "scalars, other ranks refused (silent or 'must match')")),
+        dict(op="_cdist_forward", when=_cdist_empty_3d,
+             source=SOURCE.format("_cdist_forward of 3-D inputs whose result has no elements (E_INVALIDARG)")),
         dict(op="convolution_overrideable", when=_output_padding, replace=_dml_conv_transpose,
              source=SOURCE.format("transposed convolution with an output_padding: its last positions "
                                   "zero (silent)")),
@@ -882,7 +890,7 @@ def refused_cases():
 
 # ---------------------------------------------------------------- every OpInfo sample (issue 40)
 # Found by conformance over every OpInfo sample (docs/conformance.md): sort_scalar, pad_value,
-# empty_reduction (dmlshim.catalogue's indexing, pooling, arithmetic).
+# empty_reduction, empty_broadcast (dmlshim.catalogue's indexing, pooling, arithmetic).
 
 def _zero_dim_sort(self, *_, **__):
     return self.dim() == 0
@@ -941,6 +949,18 @@ def _never_written(rule, op):
     return dataclasses.replace(rule, replace=replace)
 
 
+def _flattened_empty(rule, op):
+    """``empty_broadcast``: the operand of no elements broadcast as ``[0]`` (laws.empty)."""
+    def when(*args, **_):
+        return empty_law.flattened_refused(op, args)
+
+    def message(*args, **_):
+        shape = torch.broadcast_shapes(*(a.shape for a in args[:3] if isinstance(a, torch.Tensor)))
+        return (f"The size of tensor a (0) must match the size of tensor b ({shape[-1]}) at non-singleton "
+                f"dimension {len(shape) - 1}")
+    return dataclasses.replace(rule, when=when, message=message)
+
+
 def conformance_all_cases():
     """The rules of the defects conformance found past the first 4 samples per OpInfo."""
     return [
@@ -951,6 +971,10 @@ def conformance_all_cases():
         *(dict(op=name, when=_empty_summed if name == "sum" else _empty_reduced, bind=_never_written,
                source=SOURCE.format(f"{name} of an empty input returns memory never written (silent)"))
           for name in EMPTY_REDUCTIONS),
+        dict(op=tuple(op_name(op) for op in empty_law.BROADCAST_OPS), bind=_flattened_empty,
+             source=SOURCE.format("sub/rsub of float32, bitwise_xor, in-place add_/sub_/div_/pow_/bitwise_or_ ... "
+                                  "with an operand of no elements and a result whose last dimension is past 1: "
+                                  "'The size of tensor a (0) must match'")),
         dict(op="constant_pad_nd", when=_pad_of_empty, message=CREATE_OPERATOR,
              source=SOURCE.format("constant_pad_nd of an empty input")),
         dict(op="constant_pad_nd", when=_pad_value_cached, replace=_dml_cached_pad,

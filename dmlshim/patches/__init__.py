@@ -166,6 +166,12 @@ REGISTRY: Tuple[Patch, ...] = (
                          "shape (measured on the real 0.2.5 binary): on the CPU (nothing to compute)",
           # pow's overloads are in int_broadcast's chain too (the first fix that answers wins)
           before=("int_broadcast",)),
+    Patch("empty_broadcast", "sub/rsub of float32, bitwise_xor and in-place add_/sub_/div_/pow_/bitwise_or_ ... "
+                             "with an operand of no elements raise 'The size of tensor a (0) must match' "
+                             "(measured on the real 0.2.5 binary): the empty result's shape from meta, "
+                             "on the device (nothing to compute)",
+          # sub/rsub.Tensor and the in-place ops are in int_broadcast's and int_range's chains
+          before=("int_broadcast", "int_range")),
     Patch("int_pow_zero", "integer pow of a zero base to a negative exponent gives the int32 maximum "
                           "(measured on the real 0.2.5 binary): those elements 0, on the device"),
     Patch("bool_exp2", "exp2 of bool, pow of a number to a bool exponent give 1 (measured on the real "
