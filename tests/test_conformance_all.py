@@ -177,3 +177,73 @@ def test_cdist_of_an_empty_3d_batch_with_the_shim_equals_cpu(dml_device, shim_of
     dmlshim.activate(fallback="known")
     assert "cdist" in patches.installed()
     assert_parity(_empty_cdists(dml_device), _empty_cdists(CPU))
+
+
+# ------------------------------------------------------------ masked_fill_rank (probed)
+def _masked_fills(d):
+    """masked_fill(_) of 5 to 8 dimensions: a tensor value, int64, a broadcast mask, a
+    non-contiguous self; nanquantile of a 4-D input with a tensor q and keepdim (OpInfo's)."""
+    x = torch.arange(48.0).view(2, 1, 2, 3, 2, 2) - 20
+    outs = []
+    for rank in (5, 6, 8):
+        t = x.reshape((2, 2, 3, 2, 2) if rank == 5 else (2, 1, 2, 3, 2, 2) if rank == 6 else (2, 1, 2, 1, 3, 2, 1, 2)).to(d)
+        outs += [t.masked_fill(t > 3, -1.0), t.long().masked_fill(t < 0, 7), t.masked_fill(t[..., :1] > 0, torch.tensor(2.5).to(d))]
+        y = t.clone()
+        y.masked_fill_(t > 5, 0.0)
+        z = t.transpose(0, -1).contiguous().transpose(0, -1)  # non-contiguous: strides of the transpose
+        assert not z.is_contiguous()
+        z.masked_fill_(t > 1, 3.0)
+        outs += [y, z]
+    gaps = (torch.arange(96.0).view(2, 2, 3, 2, 4) - 40).to(d)
+    gaps[..., ::2].masked_fill_(gaps[..., ::2] > 0, 0.5)     # 5-D with gaps between elements
+    outs.append(gaps)
+    q = torch.tensor([0.25, 0.5])
+    g = torch.linspace(-1, 1, 120).view(2, 3, 4, 5)
+    outs += [torch.nanquantile(g.to(d), q.to(d), dim=0, keepdim=True), torch.quantile(g.to(d), q.to(d), dim=2, keepdim=True)]
+    return outs
+
+
+def test_masked_fill_of_five_dimensions_is_refused_raw(dml_device, shim_off):
+    """Without dmlshim: 5 dimensions raise (6 would end the process: not run)."""
+    x = torch.ones(1, 1, 1, 2, 3).to(dml_device)
+    with pytest.raises(RuntimeError, match="CreateOperator"):
+        x.masked_fill(x > 0, 0.0)
+    assert torch.equal(x[0, 0].masked_fill(x[0, 0] > 0, 2.0).cpu(), torch.full((1, 2, 3), 2.0))
+
+
+def test_masked_fill_of_five_to_eight_dimensions_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["masked_fill_rank"] == probing.DETECTED
+    assert "masked_fill_rank" in patches.installed()
+    assert_parity(_masked_fills(dml_device), _masked_fills(CPU))
+
+
+# ------------------------------------------------------------ empty_layer_norm (probed)
+def _layer_norms(d):
+    """native_layer_norm of inputs with no elements: OpInfo's (0, 1), (0, 2, 3) with weights,
+    (2, 0) over [0] (mean and rstd: NaN and inf); F.layer_norm; a non-empty one."""
+    w, b = torch.full((3,), 2.0).to(d), torch.ones(3).to(d)
+    return (torch.native_layer_norm(torch.ones(0, 1).to(d), [1], None, None, 1e-5),
+            torch.native_layer_norm(torch.ones(0, 2, 3).to(d), [3], w, b, 1e-5),
+            torch.native_layer_norm(torch.ones(2, 0).to(d), [0], None, None, 1e-5),
+            torch.nn.functional.layer_norm(torch.ones(0, 3).half().to(d), [3]),
+            torch.nn.functional.layer_norm(torch.arange(6.0).view(2, 3).to(d), [3], w, b))
+
+
+def test_layer_norm_of_an_empty_input_is_refused_raw(dml_device, shim_off):
+    with pytest.raises(RuntimeError, match="CreateOperator"):
+        torch.native_layer_norm(torch.ones(0, 1).to(dml_device), [1], None, None, 1e-5)
+
+
+def _layer_norm_grads(d):
+    x, w = torch.ones(0, 3).to(d).requires_grad_(), torch.ones(3).to(d).requires_grad_()
+    torch.nn.functional.layer_norm(x, [3], w).sum().backward()
+    return x.grad, w.grad
+
+
+def test_layer_norm_of_an_empty_input_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["empty_layer_norm"] == probing.DETECTED
+    assert "empty_layer_norm" in patches.installed()
+    assert_parity(_layer_norms(dml_device), _layer_norms(CPU))
+    assert_parity(_layer_norm_grads(dml_device), _layer_norm_grads(CPU))

@@ -25,7 +25,7 @@ from ..laws import empty as empty_law
 from ..laws.empty import empty
 from .routing import op_name
 from . import _backend
-from .fatal import FatalDirectMLError
+from .fatal import RANK_ABORT, FatalDirectMLError
 
 SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no public report: {}"
 DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
@@ -961,6 +961,18 @@ def _flattened_empty(rule, op):
     return dataclasses.replace(rule, when=when, message=message)
 
 
+def _masked_fill_five(self, mask, *_, **__):
+    return broadcast.masked_fill_rank(self, mask) == broadcast.MASKED_FILL_RANKS + 1
+
+
+def _masked_fill_past_five(self, mask, *_, **__):
+    return broadcast.masked_fill_rank(self, mask) > broadcast.MASKED_FILL_RANKS + 1
+
+
+def _layer_norm_of_empty(input, *_, **__):
+    return input.numel() == 0
+
+
 def conformance_all_cases():
     """The rules of the defects conformance found past the first 4 samples per OpInfo."""
     return [
@@ -975,6 +987,12 @@ def conformance_all_cases():
              source=SOURCE.format("sub/rsub of float32, bitwise_xor, in-place add_/sub_/div_/pow_/bitwise_or_ ... "
                                   "with an operand of no elements and a result whose last dimension is past 1: "
                                   "'The size of tensor a (0) must match'")),
+        dict(op=("masked_fill_.Scalar", "masked_fill_.Tensor"), when=_masked_fill_five, message=CREATE_OPERATOR,
+             source=SOURCE.format("masked_fill_ of 5 dimensions")),
+        dict(op=("masked_fill_.Scalar", "masked_fill_.Tensor"), when=_masked_fill_past_five, error=FatalDirectMLError,
+             message=RANK_ABORT, source=SOURCE.format("masked_fill_ of 6 to 8 dimensions ends the process")),
+        dict(op="native_layer_norm", when=_layer_norm_of_empty, message=CREATE_OPERATOR,
+             source=SOURCE.format("native_layer_norm of an input with no elements")),
         dict(op="constant_pad_nd", when=_pad_of_empty, message=CREATE_OPERATOR,
              source=SOURCE.format("constant_pad_nd of an empty input")),
         dict(op="constant_pad_nd", when=_pad_value_cached, replace=_dml_cached_pad,

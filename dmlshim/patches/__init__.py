@@ -172,6 +172,13 @@ REGISTRY: Tuple[Patch, ...] = (
                              "on the device (nothing to compute)",
           # sub/rsub.Tensor and the in-place ops are in int_broadcast's and int_range's chains
           before=("int_broadcast", "int_range")),
+    Patch("masked_fill_rank", "masked_fill_ of 5 dimensions refused, of 6 to 8 ends the process (measured on the "
+                              "real 0.2.5 binary; nanquantile with keepdim): flattened, the mask expanded, on "
+                              "the device"),
+    Patch("empty_layer_norm", "native_layer_norm of an input with no elements refused (CreateOperator; measured "
+                              "on the real 0.2.5 binary): on the CPU (nothing to compute)",
+          # before layer_norm's contiguous fix of the same overload (#45)
+          before=("layer_norm",)),
     Patch("int_pow_zero", "integer pow of a zero base to a negative exponent gives the int32 maximum "
                           "(measured on the real 0.2.5 binary): those elements 0, on the device"),
     Patch("bool_exp2", "exp2 of bool, pow of a number to a bool exponent give 1 (measured on the real "
