@@ -247,3 +247,70 @@ def test_layer_norm_of_an_empty_input_with_the_shim_equals_cpu(dml_device, shim_
     assert "empty_layer_norm" in patches.installed()
     assert_parity(_layer_norms(dml_device), _layer_norms(CPU))
     assert_parity(_layer_norm_grads(dml_device), _layer_norm_grads(CPU))
+
+
+# ------------------------------------------------------------ max_pool_unbatched (probed)
+def _unbatched_pools(d):
+    """max_pool2d of unbatched 3-D inputs and its gradient: kernel, stride, padding, ceil_mode
+    (max_pool_ceil's CPU), float16; a batched one.  Not the indices: the real binary's count
+    over the whole tensor (n * C * H * W + c * H * W + ...; open, docs/conformance.md), nor a
+    dilation (its values are wrong there, open)."""
+    outs = []
+    for shape, kw in (((3, 6, 6), dict(kernel_size=2)), ((2, 5, 7), dict(kernel_size=3, stride=2, padding=1)),
+                      ((2, 5, 7), dict(kernel_size=3, stride=2, ceil_mode=True)),
+                      ((1, 2, 5, 7), dict(kernel_size=2))):
+        x = (torch.arange(float(torch.Size(shape).numel())).view(shape) * 7 % 11).to(d).requires_grad_()
+        y, i = torch.nn.functional.max_pool2d(x, return_indices=True, **kw)
+        (y * torch.arange(float(y.numel())).view(y.shape).to(d)).sum().backward()
+        outs += [y, x.grad]
+    h = torch.nn.functional.max_pool2d((torch.arange(36.0).view(1, 6, 6) % 5).half().to(d), 2)
+    return outs + [h]
+
+
+def test_max_pool_of_an_unbatched_input_is_refused_raw(dml_device, shim_off):
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.ops.aten.max_pool2d_with_indices_backward(torch.ones(1, 2, 2).to(dml_device), torch.ones(1, 4, 4).to(dml_device),
+                                                        [2, 2], [2, 2], [0, 0], [1, 1], False,
+                                                        torch.zeros(1, 2, 2, dtype=torch.int64).to(dml_device))
+
+
+def test_max_pool_of_an_unbatched_input_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["max_pool_unbatched"] == probing.DETECTED
+    assert "max_pool_unbatched" in patches.installed()
+    assert_parity(_unbatched_pools(dml_device), _unbatched_pools(CPU))
+
+
+# ------------------------------------------------------------ nan_reductions (probed)
+_NAN, _INF = float("nan"), float("inf")
+_ROWS = [[1, _NAN, 3], [_NAN, _NAN, _NAN], [4, 5, 6], [_NAN, 7, _NAN], [-_INF, -_INF, -_INF], [2, 2, 1],
+         [_INF, 1, _NAN], [-_INF, 1, -_INF], [_INF, _INF, 1]]
+
+
+def _nan_reductions(d, dtype=torch.float32):
+    """Reductions of rows with NaN, -inf only, +inf and ties, along each dim and whole: amax,
+    max/min (all, dim), argmax/argmin, logsumexp, inf-norms; amin (right raw)."""
+    x = torch.tensor(_ROWS, dtype=dtype).to(d)
+    return (torch.amax(x, 1), torch.amax(x, 0, keepdim=True), torch.amax(x), torch.amax(x[2]),
+            torch.max(x), torch.min(x), torch.max(x[3]), torch.min(x[1:3]), *torch.max(x, 1), *torch.min(x, 1, keepdim=True),
+            *torch.max(x, 0), torch.argmax(x, 1), torch.argmin(x, 1), torch.argmax(x, 0), torch.argmax(x), torch.argmin(x),
+            torch.argmax(x, 1, keepdim=True), torch.argmax(x[2]), torch.argmin(x[0], 0, keepdim=True),
+            torch.logsumexp(x, 1), torch.logsumexp(x[4:8], 1, keepdim=True), torch.logsumexp(x[2:3], (0, 1)),
+            torch.linalg.vector_norm(x, _INF, 1), torch.linalg.vector_norm(x, -_INF, 1), torch.linalg.vector_norm(x, _INF),
+            torch.amin(x, 1), torch.max(torch.tensor(2.5).to(d)), torch.argmax(torch.tensor(_NAN).to(d)))
+
+
+def test_reductions_skip_nan_raw(dml_device, shim_off):
+    """Without dmlshim: amax and argmax skip the NaN (logsumexp of -inf only gives NaN on the
+    real binary; the emulator, which gets it as amax and the rest, does not model that)."""
+    x = torch.tensor([1.0, _NAN, 3.0]).to(dml_device)
+    assert torch.amax(x).cpu().item() == 3.0 and torch.argmax(x).cpu().item() == 2
+    assert torch.max(x.view(1, 3), 1).values.cpu().item() == 3.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_reductions_with_nan_with_the_shim_equal_cpu(dml_device, shim_off, assert_parity, dtype):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["nan_reductions"] == probing.DETECTED
+    assert "nan_reductions" in patches.installed()
+    assert_parity(_nan_reductions(dml_device, dtype), _nan_reductions(CPU, dtype))

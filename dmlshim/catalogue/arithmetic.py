@@ -67,6 +67,13 @@ def _empty_broadcast(device):
     return torch.sub(torch.ones(0, 1, 3).to(device), torch.ones(0, 10, 3).to(device))
 
 
+def _nan_reductions(device):
+    """Whether `amax` of `[1, nan, 3]` is NaN, and its `argmax` (the defect: False and 2; the CPU:
+    True and 1)."""
+    x = torch.tensor([1.0, float("nan"), 3.0]).to(device)
+    return torch.isnan(torch.amax(x)), torch.argmax(x)
+
+
 DEFECTS: Tuple[Defect, ...] = (
     Defect("float_times_bool", "#17", "microsoft/DirectML#686, #737",
            "float * bool returns a bool tensor (values lost, silently)",
@@ -107,4 +114,9 @@ DEFECTS: Tuple[Defect, ...] = (
            "with an operand of no elements raise 'The size of tensor a (0) must match' where the result's "
            "last dimension is past 1 (the operand broadcast as [0])", case_probe(_empty_broadcast),
            ("empty_broadcast",), found=MEASURED, rules=("_flattened_empty",)),
+    Defect("nan_reductions", "none", NO_REPORT,
+           "amax/max/min (all and dim) skip NaN (a slice of NaN only: -inf/inf), argmax/argmin and max/min's "
+           "indices take a NaN only in first place, logsumexp of -inf only or with +inf gives NaN, vector_norm "
+           "ord inf/-inf skips NaN (silent); sort/topk/log_softmax with NaN wrong too (not fixed)",
+           case_probe(_nan_reductions), ("nan_reductions",), found=MEASURED, rules=("_nan_blind", "_dml_vector_norm")),
 )

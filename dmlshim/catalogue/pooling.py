@@ -66,6 +66,11 @@ def _pad_value(device):
     return torch.constant_pad_nd(x, (1, 1), 0.0), torch.constant_pad_nd(x, (1, 1), 2.0)
 
 
+def _max_pool_unbatched(device):
+    """`max_pool2d` (kernel 2, with indices) of a 1x4x4 ramp: no batch dimension."""
+    return torch.nn.functional.max_pool2d(torch.arange(16.0).view(1, 4, 4).to(device), 2, return_indices=True)
+
+
 def _max_pool_ceil(device):
     """`max_pool2d` of a 1x1x3x6 ramp, kernel 3, stride 2, `ceil_mode=True`."""
     return torch.nn.functional.max_pool2d(torch.arange(18.0).view(1, 1, 3, 6).to(device), 3, 2,
@@ -108,6 +113,10 @@ DEFECTS: Tuple[Defect, ...] = (
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", case_probe(_max_pool_ceil), ("max_pool_ceil",), found=MEASURED,
            rules=("_ceil_mode",)),
+    Defect("max_pool_unbatched", "none", NO_REPORT,
+           "max_pool2d_with_indices and its backward of an unbatched 3-D input: 'Dimension out of range "
+           "(expected to be in range of [-3, 2], but got 3)'", case_probe(_max_pool_unbatched),
+           ("max_pool_unbatched",), found=MEASURED, rules=("_unbatched_pool", "_unbatched_pool_backward")),
     # found by conformance over every OpInfo sample (issue 40, docs/conformance.md)
     Defect("pad_value", "none", NO_REPORT,
            "constant_pad_nd (F.pad 'constant') keeps the pad value of its first call per input shape, pads "

@@ -22,6 +22,7 @@ import torch
 
 from ..laws import broadcast, integers, norms, pooling
 from ..laws import empty as empty_law
+from ..laws import nan as nan_law
 from ..laws.empty import empty
 from .routing import op_name
 from . import _backend
@@ -413,6 +414,10 @@ def _dml_vector_norm(self, *args, **kwargs):
 
     def kernel(x):
         value = torch.linalg.vector_norm(x, ord, dim, keepdim, dtype=dtype)
+        if ord in (float("inf"), float("-inf")) and x.is_floating_point():   # nan_reductions: NaN skipped
+            blind = torch.where(torch.isnan(x), -ord, x.abs())
+            dims = list(range(x.dim())) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
+            value = (blind.amax(dims, keepdim) if ord > 0 else blind.amin(dims, keepdim)).to(value.dtype)
         if norms.overwrites(ord):
             value = value.to(x.dtype)
             powered = x.abs() if ord in (float("inf"), float("-inf")) else x.abs().pow(ord)
@@ -973,6 +978,48 @@ def _layer_norm_of_empty(input, *_, **__):
     return input.numel() == 0
 
 
+def _unbatched_pool(self, *_, **__):
+    return pooling.unbatched(self)
+
+
+def _unbatched_pool_backward(grad_output, self, *_, **__):
+    return pooling.unbatched(self)
+
+
+UNBATCHED_MESSAGE = "Dimension out of range (expected to be in range of [-3, 2], but got 3)"
+
+
+def _nan_blind(rule, op):
+    """``nan_reductions``: the real binary's NaN-skipping answer (laws.nan), for a floating input.
+    Not ``logsumexp``: a composite there (CompositeExplicitAutograd), it reaches the emulator as
+    ``amax`` and the rest, whose NaN-skipping ``amax`` leaves its -inf-only slices right."""
+    fill = float("inf") if op in nan_law.MIN_OPS else float("-inf")
+    index = op in nan_law.INDICES
+
+    def kernel(*args, **kwargs):
+        x = args[0]
+        filled = torch.where(torch.isnan(x), fill, x)
+        result = op(filled, *args[1:], **kwargs)
+        if not index:
+            return result
+        dims, keepdim = nan_law.reduced(op, args, kwargs)
+        if dims is None or x.dim() == 0:                  # the scan's first element: a NaN is kept
+            starts_nan = torch.isnan(x.reshape(-1)[0]).reshape([1] * x.dim() if keepdim else [])
+        else:
+            starts_nan = torch.isnan(x.movedim(dims[0], 0)[0])
+            starts_nan = starts_nan.unsqueeze(dims[0]) if keepdim else starts_nan
+        indices = result[1] if isinstance(result, tuple) else result
+        indices = torch.where(starts_nan, 0, indices)
+        return (result[0], indices) if isinstance(result, tuple) else indices
+
+    def replace(*args, **kwargs):
+        return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
+
+    def when(*args, **kwargs):
+        return nan_law.nan_blind(op, args, kwargs)
+    return dataclasses.replace(rule, when=when, replace=replace)
+
+
 def conformance_all_cases():
     """The rules of the defects conformance found past the first 4 samples per OpInfo."""
     return [
@@ -991,6 +1038,12 @@ def conformance_all_cases():
              source=SOURCE.format("masked_fill_ of 5 dimensions")),
         dict(op=("masked_fill_.Scalar", "masked_fill_.Tensor"), when=_masked_fill_past_five, error=FatalDirectMLError,
              message=RANK_ABORT, source=SOURCE.format("masked_fill_ of 6 to 8 dimensions ends the process")),
+        dict(op="max_pool2d_with_indices", when=_unbatched_pool, error=IndexError, message=UNBATCHED_MESSAGE,
+             source=SOURCE.format("max_pool2d_with_indices of an unbatched 3-D input")),
+        dict(op="max_pool2d_with_indices_backward", when=_unbatched_pool_backward, error=IndexError,
+             message=UNBATCHED_MESSAGE, source=SOURCE.format("max_pool2d_with_indices_backward of an unbatched 3-D input")),
+        dict(op=tuple(op_name(op) for op in nan_law.MAX_OPS + nan_law.MIN_OPS),
+             bind=_nan_blind, source=SOURCE.format("amax/max/min/argmax/argmin skip NaN (silent)")),
         dict(op="native_layer_norm", when=_layer_norm_of_empty, message=CREATE_OPERATOR,
              source=SOURCE.format("native_layer_norm of an input with no elements")),
         dict(op="constant_pad_nd", when=_pad_of_empty, message=CREATE_OPERATOR,

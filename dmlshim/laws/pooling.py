@@ -50,3 +50,10 @@ def last_window_past(self, kernel_size, stride=(), padding=0, ceil_mode=False, c
     if all((o - 1) * s - p + k <= n + p for o, n, k, s, p in zip(sizes, lengths, kernel, stride, padding)):
         return None
     return kernel, stride, padding, sizes
+
+
+def unbatched(self) -> bool:
+    """``max_pool_unbatched``: ``max_pool2d_with_indices`` and its backward refuse an unbatched
+    (C, H, W) input: 'Dimension out of range (expected to be in range of [-3, 2], but got 3)'
+    (measured; a batch of one is right)."""
+    return self.dim() == 3

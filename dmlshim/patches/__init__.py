@@ -192,6 +192,12 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("int_range", "integer arithmetic computes in float32 (add/sub/mul with a number, neg, pow, // and %, "
                        "mm): exact only within 2**24, saturating; int64 clone/sub/maximum/clamp/sort read 32 "
                        "bits (measured on the real 0.2.5 binary): calls whose values leave that span on the CPU"),
+    Patch("nan_reductions", "amax/max/min/argmax/argmin, logsumexp and the inf-norms skip NaN (measured on the "
+                            "real 0.2.5 binary): NaN, its first index, or logsumexp's -inf/inf put in by where, "
+                            "on the device (three to five more kernels a call, no read)",
+          # after int_range, whose argmax/max(dim) indices' span it keeps (its fix passes the call
+          # on to this one); before vector_norm, whose fixed norm it amends
+          after=("int_range", "empty_reduction"), before=("vector_norm", "bool_minmax")),
     Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
                            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
                            "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "
@@ -250,6 +256,10 @@ REGISTRY: Tuple[Patch, ...] = (
           # its retry answers every call it holds, so the fixes that share its overloads go first
           # (_select's chain runs in install order)
           after=("gather", "repeat", "adaptive_pool")),
+    Patch("max_pool_unbatched", "max_pool2d_with_indices and its backward of an unbatched 3-D input: 'Dimension "
+                                "out of range' (measured on the real 0.2.5 binary): with a batch of one, on the device",
+          # before max_pool_ceil, which runs ceil_mode on the CPU: the batched call reaches it
+          before=("max_pool_ceil",)),
     Patch("fallback_out", "eye, kthvalue, median/nanmedian(dim), linalg.lstsq come back empty: torch-"
                           "directml's CPU fallback does not grow their empty out= (measured on the real "
                           "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
