@@ -251,18 +251,16 @@ def test_layer_norm_of_an_empty_input_with_the_shim_equals_cpu(dml_device, shim_
 
 # ------------------------------------------------------------ max_pool_unbatched (probed)
 def _unbatched_pools(d):
-    """max_pool2d of unbatched 3-D inputs and its gradient: kernel, stride, padding, ceil_mode
-    (max_pool_ceil's CPU), float16; a batched one.  Not the indices: the real binary's count
-    over the whole tensor (n * C * H * W + c * H * W + ...; open, docs/conformance.md), nor a
-    dilation (its values are wrong there, open)."""
+    """max_pool2d of unbatched 3-D inputs, its indices and gradient: kernel, stride, padding, a
+    dilation (max_pool_indices' CPU), ceil_mode (max_pool_ceil's CPU), float16; a batched one."""
     outs = []
     for shape, kw in (((3, 6, 6), dict(kernel_size=2)), ((2, 5, 7), dict(kernel_size=3, stride=2, padding=1)),
-                      ((2, 5, 7), dict(kernel_size=3, stride=2, ceil_mode=True)),
+                      ((2, 5, 7), dict(kernel_size=2, stride=1, dilation=2)), ((2, 5, 7), dict(kernel_size=3, stride=2, ceil_mode=True)),
                       ((1, 2, 5, 7), dict(kernel_size=2))):
         x = (torch.arange(float(torch.Size(shape).numel())).view(shape) * 7 % 11).to(d).requires_grad_()
         y, i = torch.nn.functional.max_pool2d(x, return_indices=True, **kw)
         (y * torch.arange(float(y.numel())).view(y.shape).to(d)).sum().backward()
-        outs += [y, x.grad]
+        outs += [y, i, x.grad]
     h = torch.nn.functional.max_pool2d((torch.arange(36.0).view(1, 6, 6) % 5).half().to(d), 2)
     return outs + [h]
 
@@ -314,3 +312,32 @@ def test_reductions_with_nan_with_the_shim_equal_cpu(dml_device, shim_off, asser
     assert probing.last().status["nan_reductions"] == probing.DETECTED
     assert "nan_reductions" in patches.installed()
     assert_parity(_nan_reductions(dml_device, dtype), _nan_reductions(CPU, dtype))
+
+
+# ------------------------------------------------------------ max_pool_indices (probed)
+def _pool_indices(d):
+    """max_pool1d/2d with indices of inputs of several planes (the batch too), padding,
+    float16, a dilation; nn.MaxPool2d and its gradient."""
+    x = (torch.arange(2 * 3 * 5 * 7.0).view(2, 3, 5, 7) * 13 % 17)
+    outs = [*torch.nn.functional.max_pool2d(x.to(d), 2, return_indices=True),
+            *torch.nn.functional.max_pool2d(x.to(d), 3, 2, 1, return_indices=True),
+            *torch.nn.functional.max_pool2d(x.half().to(d), (2, 3), return_indices=True),
+            *torch.nn.functional.max_pool2d(x.to(d), 2, 1, 0, 2, return_indices=True),
+            *torch.nn.functional.max_pool1d(x[0].to(d), 3, 2, return_indices=True)]
+    g = x.to(d).requires_grad_()
+    y, i = torch.nn.MaxPool2d(2, return_indices=True)(g)
+    (y * y).sum().backward()
+    return outs + [y, i, g.grad]
+
+
+def test_max_pool_indices_count_over_the_whole_tensor_raw(dml_device, shim_off):
+    x = torch.arange(8.0).view(1, 2, 2, 2)
+    indices = torch.nn.functional.max_pool2d(x.to(dml_device), 2, return_indices=True)[1]
+    assert indices.cpu().flatten().tolist() == [3, 7]                  # the CPU: [3, 3]
+
+
+def test_max_pool_indices_with_the_shim_equal_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["max_pool_indices"] == probing.DETECTED
+    assert "max_pool_indices" in patches.installed()
+    assert_parity(_pool_indices(dml_device), _pool_indices(CPU))

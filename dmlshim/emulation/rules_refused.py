@@ -986,6 +986,45 @@ def _unbatched_pool_backward(grad_output, self, *_, **__):
     return pooling.unbatched(self)
 
 
+def _flat_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, **_):
+    """``max_pool_indices``: a 4-D input of more than one plane, neither dilated (its wrong
+    values are not modelled) nor ``ceil_mode`` (``max_pool_ceil``'s rule)."""
+    return self.dim() == 4 and self.size(0) * self.size(1) > 1 and not ceil_mode and not pooling.dilated(dilation)
+
+
+def _dml_flat_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, out=None,
+                      indices=None):
+    """The real binary's indices: counted over the whole tensor (laws.pooling); into
+    ``out``/``indices`` when given (the ``.out`` overload)."""
+    op = torch.ops.aten.max_pool2d_with_indices.default
+
+    def kernel(x, *a):
+        values, where = op(x, *a)
+        return values, where + pooling.flat_index_offsets(x)
+    result = _backend.run_on_cpu(op, (self, kernel_size, stride, padding, dilation, ceil_mode), {}, kernel=kernel)
+    if out is None:
+        return result
+    for into, value in zip((out, indices), result):
+        into.resize_(value.shape).copy_(value)
+    return out, indices
+
+
+def _dml_pool_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """The real binary's backward ignores ``indices``: the CPU's from ``self`` (measured)."""
+    op = torch.ops.aten.max_pool2d_with_indices_backward.default
+
+    def kernel(g, x, *a):
+        own = torch.ops.aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation, ceil_mode)[1]
+        return op(g, x, kernel_size, stride, padding, dilation, ceil_mode, own)
+    return _backend.run_on_cpu(op, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices),
+                               {}, kernel=kernel)
+
+
+def _four_dims_backward(grad_output, self, *_, grad_input=None, **__):
+    """4-D, not the ``.grad_input`` (out=) overload (not modelled)."""
+    return grad_input is None and self.dim() == 4
+
+
 UNBATCHED_MESSAGE = "Dimension out of range (expected to be in range of [-3, 2], but got 3)"
 
 
@@ -1044,6 +1083,10 @@ def conformance_all_cases():
              message=UNBATCHED_MESSAGE, source=SOURCE.format("max_pool2d_with_indices_backward of an unbatched 3-D input")),
         dict(op=tuple(op_name(op) for op in nan_law.MAX_OPS + nan_law.MIN_OPS),
              bind=_nan_blind, source=SOURCE.format("amax/max/min/argmax/argmin skip NaN (silent)")),
+        dict(op="max_pool2d_with_indices", when=_flat_indices, replace=_dml_flat_indices,
+             source=SOURCE.format("max_pool2d_with_indices counts its indices over the whole tensor (silent)")),
+        dict(op="max_pool2d_with_indices_backward", when=_four_dims_backward, replace=_dml_pool_backward,
+             source=SOURCE.format("max_pool2d_with_indices_backward ignores its indices (right)")),
         dict(op="native_layer_norm", when=_layer_norm_of_empty, message=CREATE_OPERATOR,
              source=SOURCE.format("native_layer_norm of an input with no elements")),
         dict(op="constant_pad_nd", when=_pad_of_empty, message=CREATE_OPERATOR,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 
 def dml_windows_agree(size: int, out: int) -> bool:
     """``adaptive_pool``: whether DirectML's window grid is PyTorch's for one dimension.
@@ -57,3 +59,19 @@ def unbatched(self) -> bool:
     (C, H, W) input: 'Dimension out of range (expected to be in range of [-3, 2], but got 3)'
     (measured; a batch of one is right)."""
     return self.dim() == 3
+
+
+def dilated(dilation) -> bool:
+    """``max_pool_indices``: ``max_pool2d_with_indices`` with a dilation past 1 gives wrong
+    values (and indices), every kernel, stride and padding tried (measured; its backward is
+    right)."""
+    return any(d != 1 for d in (dilation if isinstance(dilation, (list, tuple)) else (dilation,)))
+
+
+def flat_index_offsets(self):
+    """``max_pool_indices``: without a dilation, ``max_pool2d_with_indices`` of an (N, C, H, W)
+    input counts its indices over the whole tensor: the CPU's ``h * W + w`` plus ``(n * C + c) *
+    H * W`` (measured, padding too; its backward ignores them).  That offset per plane, (N, C, 1,
+    1), as a CPU int64 tensor."""
+    n, c, h, w = self.shape
+    return (torch.arange(n * c, dtype=torch.int64) * (h * w)).view(n, c, 1, 1)

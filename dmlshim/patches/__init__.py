@@ -265,6 +265,11 @@ REGISTRY: Tuple[Patch, ...] = (
                           "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
     Patch("max_pool_ceil", "max_pool2d with ceil_mode=True gives floor mode's shape, other indices and "
                            "gradients (measured on the real 0.2.5 binary): with ceil_mode on the CPU"),
+    Patch("max_pool_indices", "max_pool2d_with_indices counts its indices over the whole tensor, not per plane; "
+                              "with a dilation its values are wrong (measured on the real 0.2.5 binary): the "
+                              "planes' offsets subtracted on the device; a dilated call on the CPU",
+          # after max_pool_ceil (ceil_mode: the CPU's indices) and max_pool_unbatched (3-D: batched)
+          after=("max_pool_ceil", "max_pool_unbatched")),
 )
 
 _lock = threading.RLock()
