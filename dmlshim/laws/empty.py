@@ -21,7 +21,10 @@ def empty(args) -> bool:
 # only (float16 and integers right); every dtype of bitwise_xor; the in-place ops below with a
 # tensor operand, every dtype (their number overloads are right); add, mul, div, atan2 ...,
 # clamp_, lerp_, masked_fill_, copy_ and the logical ops are right.  ``mul_`` fails the same
-# way: the dispatcher net's ``mul`` fix answers an empty ``self`` (``_empty_inplace``).
+# way: the dispatcher net's ``mul`` fix answers an empty ``self`` (``_empty_inplace``).  Not
+# modelled: with a 0-dim device operand ((0, 3) - tensor(2.)) float32 ``sub`` and ``add_`` return
+# shape [0] instead of raising, and float32 ``rsub`` of (0, 3) with (1, 3) or (0,) with (1,)
+# raises E_INVALIDARG; the fix covers them (an operand with no elements).
 _aten = torch.ops.aten
 FLOAT32_OPS = (_aten.sub.Tensor, _aten.sub.out, _aten.rsub.Tensor)
 ANY_DTYPE_OPS = (_aten.bitwise_xor.Tensor, _aten.bitwise_xor.Scalar, _aten.bitwise_xor.Scalar_Tensor,
