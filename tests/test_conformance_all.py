@@ -341,3 +341,28 @@ def test_max_pool_indices_with_the_shim_equal_cpu(dml_device, shim_off, assert_p
     assert probing.last().status["max_pool_indices"] == probing.DETECTED
     assert "max_pool_indices" in patches.installed()
     assert_parity(_pool_indices(dml_device), _pool_indices(CPU))
+
+
+# ------------------------------------------------------------ pad_unbatched (probed)
+def _reflect_pads(d):
+    """F.pad(mode="reflect") of unbatched 3-D inputs: equal pads, unequal ones (the pad patch's
+    CPU call), its gradient; nn.ReflectionPad2d; a batched one (float32: the CPU of torch 2.4.1
+    has no float16 reflection_pad2d)."""
+    x = torch.arange(2 * 4 * 5.0).view(2, 4, 5) * 3 % 7
+    g = x.to(d).requires_grad_()
+    y = torch.nn.functional.pad(g, (1, 1, 2, 2), mode="reflect")
+    (y * y).sum().backward()
+    return (y, g.grad, torch.nn.functional.pad(x.to(d), (1, 2, 0, 1), mode="reflect"),
+            torch.nn.ReflectionPad2d(1)(x.to(d)), torch.nn.functional.pad(x[None].to(d), (1, 1, 1, 1), mode="reflect"))
+
+
+def test_reflection_pad_of_an_unbatched_input_is_refused_raw(dml_device, shim_off):
+    with pytest.raises((IndexError, RuntimeError), match="_M_range_check"):
+        torch.nn.functional.pad(torch.ones(1, 3, 3).to(dml_device), (1, 1, 1, 1), mode="reflect")
+
+
+def test_reflection_pad_of_an_unbatched_input_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert probing.last().status["pad_unbatched"] == probing.DETECTED
+    assert "pad_unbatched" in patches.installed()
+    assert_parity(_reflect_pads(dml_device), _reflect_pads(CPU))

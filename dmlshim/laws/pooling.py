@@ -56,8 +56,11 @@ def last_window_past(self, kernel_size, stride=(), padding=0, ceil_mode=False, c
 
 def unbatched(self) -> bool:
     """``max_pool_unbatched``: ``max_pool2d_with_indices`` and its backward refuse an unbatched
-    (C, H, W) input: 'Dimension out of range (expected to be in range of [-3, 2], but got 3)'
-    (measured; a batch of one is right)."""
+    (C, H, W) input: 'Dimension out of range (expected to be in range of [-3, 2], but got 3)';
+    ``pad_unbatched``: ``reflection_pad2d`` refuses one: 'vector::_M_range_check: __n (which is
+    3) >= this->size() (which is 3)' (its backward, ``replication_pad2d``, ``reflection_pad1d``
+    of a 2-D and ``reflection_pad3d`` of a 4-D input are right; measured, a batch of one is
+    right)."""
     return self.dim() == 3
 
 

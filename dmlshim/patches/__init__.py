@@ -266,6 +266,8 @@ REGISTRY: Tuple[Patch, ...] = (
                           "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
     Patch("max_pool_ceil", "max_pool2d with ceil_mode=True gives floor mode's shape, other indices and "
                            "gradients (measured on the real 0.2.5 binary): with ceil_mode on the CPU"),
+    Patch("pad_unbatched", "reflection_pad2d of an unbatched 3-D input: 'vector::_M_range_check' (measured on "
+                           "the real 0.2.5 binary): with a batch of one, on the device"),
     Patch("max_pool_indices", "max_pool2d_with_indices counts its indices over the whole tensor, not per plane; "
                               "with a dilation its values are wrong (measured on the real 0.2.5 binary): the "
                               "planes' offsets subtracted on the device; a dilated call on the CPU",
