@@ -366,3 +366,54 @@ def test_reflection_pad_of_an_unbatched_input_with_the_shim_equals_cpu(dml_devic
     assert probing.last().status["pad_unbatched"] == probing.DETECTED
     assert "pad_unbatched" in patches.installed()
     assert_parity(_reflect_pads(dml_device), _reflect_pads(CPU))
+
+
+# ------------------------------------------------------------ lazy_modules (static)
+_LAZY = ((lambda: torch.nn.LazyConv1d(4, 3), (2, 3, 10)), (lambda: torch.nn.LazyConv2d(2, 3, padding=1), (1, 3, 5, 5)),
+         (lambda: torch.nn.LazyConvTranspose1d(2, 3), (2, 3, 6)), (lambda: torch.nn.LazyLinear(5), (4, 7)),
+         (lambda: torch.nn.LazyBatchNorm1d(), (4, 3)))
+
+
+def _lazy_modules(d):
+    """Lazy modules moved to the device before their first forward (conv 1-D, 2-D, transposed,
+    linear, batch norm: uninitialized buffers), run once, then given the CPU module's weights
+    (their initial draws come from another generator) and run again."""
+    outs = []
+    for make, shape in _LAZY:
+        x = torch.arange(float(torch.Size(shape).numel())).view(shape) % 5 - 2
+        torch.manual_seed(0)
+        reference = make()
+        reference(x)
+        module = make().to(d)
+        module(x.to(d))                                  # materialized, on the device
+        module.load_state_dict(reference.state_dict())
+        outs += [module(x.to(d)), *module.parameters(), *module.buffers()]
+    return outs
+
+
+def _lazy_modules_cpu():
+    outs = []
+    for make, shape in _LAZY:
+        x = torch.arange(float(torch.Size(shape).numel())).view(shape) % 5 - 2
+        torch.manual_seed(0)
+        reference = make()
+        reference(x)
+        module = make()
+        module(x)
+        module.load_state_dict(reference.state_dict())
+        outs += [module(x), *module.parameters(), *module.buffers()]
+    return outs
+
+
+def test_a_lazy_module_moved_to_the_device_fails_raw(dml_device, shim_off):
+    module = torch.nn.LazyConv1d(4, 3).to(dml_device)
+    with pytest.raises(RuntimeError, match="weight should have at least three dimensions"):
+        module(torch.randn(2, 3, 10).to(dml_device))
+
+
+def test_a_lazy_module_moved_to_the_device_with_the_shim_equals_cpu(dml_device, shim_off, assert_parity):
+    dmlshim.activate(fallback="known")
+    assert "lazy_modules" in patches.installed()
+    assert_parity(_lazy_modules(dml_device), _lazy_modules_cpu())
+    module = torch.nn.LazyLinear(3)
+    assert type(module.cpu().weight) is torch.nn.parameter.UninitializedParameter    # a CPU move: untouched

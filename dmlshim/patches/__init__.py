@@ -69,6 +69,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("jit", "ScriptModule.to(dml) asserts 'param must be a Parameter' (PrivateUse1 is no dense "
                  "backend for Module._apply; failure_modes.md #48): loaded plain tensors become "
                  "Parameters, scripted RNNs' _flat_weights are refreshed"),
+    Patch("lazy_modules", "a lazy module (nn.LazyConv2d, LazyLinear ...) moved to the device before its first "
+                          "forward loses its uninitialized parameters (PrivateUse1 is no dense backend; "
+                          "'weight should have at least three dimensions'): put back, of the new device"),
     Patch("broadcast_copy", "Tensor.copy_ of a source that broadcasts: a CPU one fills only the first "
                             "elements, a device one of fewer dims fills the first value (measured on "
                             "the real 0.2.5 binary): expand the source first", modes=FALLBACK_MODES),
