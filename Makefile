@@ -80,7 +80,7 @@ REALDML_CI_TESTS := $(addprefix tests/test_,$(addsuffix .py,realdml patch_mul pa
     patch_dtypes reported_defects observed_defects load islands errors parity reliability fallback \
     activate auto_fallback devices rnn_torchscript patch_copy patch_autocast defects bf16 legacy_new \
     funasr_vad routing_sweep refused observed_silent int_range channels_last gate catalogue \
-    caller_warnings))
+    caller_warnings conformance_all))
 # Models whose tensors reach 64 KiB and more, with tiled resources off (VKD3D_TILED_RESOURCES=0):
 # lavapipe mis-reads typed views of 64 KiB+ in DirectML's reserved resources (docs/realdml.md
 # "Stack artifacts"). Every FunASR and GFPGAN-family model test; CI runs them too. And

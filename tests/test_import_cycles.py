@@ -225,7 +225,7 @@ import importlib.machinery, importlib.util, sys
 # the dmlshim package made but not run: its __init__ imports the patches for activate()
 spec = importlib.machinery.PathFinder.find_spec("dmlshim", [sys.argv[1]])
 sys.modules["dmlshim"] = importlib.util.module_from_spec(spec)
-import dmlshim.laws.broadcast, dmlshim.laws.empty, dmlshim.laws.integers, dmlshim.laws.norms, dmlshim.laws.pooling
+import dmlshim.laws.broadcast, dmlshim.laws.empty, dmlshim.laws.integers, dmlshim.laws.nan, dmlshim.laws.norms, dmlshim.laws.pooling
 laws = sorted(m for m in sys.modules if m.startswith(("dmlshim.patches", "dmlshim.emulation")))
 from dmlshim.emulation import rules
 rules.default_rules()                       # every rule made, rules_refused's included

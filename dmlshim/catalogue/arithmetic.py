@@ -61,6 +61,19 @@ def _cdist(device):
     return torch.cdist(x.to(device), (x * x).to(device), p=1)
 
 
+def _empty_broadcast(device):
+    """`sub` of an empty float32 0x1x3 and 0x10x3 (the defect: 'The size of tensor a (0) must
+    match')."""
+    return torch.sub(torch.ones(0, 1, 3).to(device), torch.ones(0, 10, 3).to(device))
+
+
+def _nan_reductions(device):
+    """Whether `amax` of `[1, nan, 3]` is NaN, and its `argmax` (the defect: False and 2; the CPU:
+    True and 1)."""
+    x = torch.tensor([1.0, float("nan"), 3.0]).to(device)
+    return torch.isnan(torch.amax(x)), torch.argmax(x)
+
+
 DEFECTS: Tuple[Defect, ...] = (
     Defect("float_times_bool", "#17", "microsoft/DirectML#686, #737",
            "float * bool returns a bool tensor (values lost, silently)",
@@ -88,11 +101,22 @@ DEFECTS: Tuple[Defect, ...] = (
            found=MEASURED, rules=("_norm_case",)),
     Defect("cdist", "none", NO_REPORT,
            "_cdist_forward (cdist with p != 2) of inputs that are not 3-D: a 2-D pair read as a batch of "
-           "rows of scalars (shape [P, M]) or 'The size of tensor a must match' (silent or refused)",
-           case_probe(_cdist), ("cdist",), found=MEASURED, rules=("_cdist_not_3d",)),
+           "rows of scalars (shape [P, M]) or 'The size of tensor a must match' (silent or refused); 3-D inputs "
+           "whose result has no elements (an empty batch) refused",
+           case_probe(_cdist), ("cdist",), found=MEASURED, rules=("_cdist_not_3d", "_cdist_empty_3d")),
     # found by conformance over every OpInfo sample (issue 40, docs/conformance.md)
     Defect("empty_reduction", "none", NO_REPORT,
            "sum over an empty dimension, prod/mean/norm/logsumexp of an empty input return device memory "
            "never written (silent)", case_probe(_empty_reduction), ("empty_reduction",), found=MEASURED,
            rules=("_empty_reduced", "_empty_summed")),
+    Defect("empty_broadcast", "none", NO_REPORT,
+           "sub/rsub of float32 (isclose, diff), bitwise_xor, in-place add_/sub_/mul_/div_/pow_/bitwise_or_ ... "
+           "with an operand of no elements raise 'The size of tensor a (0) must match' where the result's "
+           "last dimension is past 1 (the operand broadcast as [0])", case_probe(_empty_broadcast),
+           ("empty_broadcast",), found=MEASURED, rules=("_flattened_empty",)),
+    Defect("nan_reductions", "none", NO_REPORT,
+           "amax/max/min (all and dim) skip NaN (a slice of NaN only: -inf/inf), argmax/argmin and max/min's "
+           "indices take a NaN only in first place, logsumexp of -inf only or with +inf gives NaN, vector_norm "
+           "ord inf/-inf skips NaN (silent); sort/topk/log_softmax with NaN wrong too (not fixed)",
+           case_probe(_nan_reductions), ("nan_reductions",), found=MEASURED, rules=("_nan_blind", "_dml_vector_norm")),
 )

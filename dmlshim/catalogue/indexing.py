@@ -67,6 +67,13 @@ def _scatter_partial(device):
     return torch.zeros(3, 2).to(device).scatter_add(1, index, torch.ones(2, 2).to(device))
 
 
+def _masked_fill_rank(device):
+    """`masked_fill` of a 1x1x1x2x3 ramp under its mask of values past 2 (5 dimensions; the
+    defect: CreateOperator, 6 would end the process)."""
+    x = torch.arange(6.0).view(1, 1, 1, 2, 3).to(device)
+    return x.masked_fill(x > 2, -1.0)
+
+
 def _masked_select(device):
     """`masked_select` of `arange(3)` under a 2x3 mask."""
     mask = torch.tensor([[True, False, True], [False, True, True]])
@@ -150,4 +157,9 @@ DEFECTS: Tuple[Defect, ...] = (
            "sort of a 0-dim tensor gives 0 (silent); of a 0-dim or empty tensor its out= kernel returns "
            "invalid tensors, which end the process when read (signal 11)", None, ("sort_scalar",),
            found=MEASURED, rules=("_zero_dim_sort",)),
+    Defect("masked_fill_rank", "none", NO_REPORT,
+           "masked_fill_/masked_fill of 5 dimensions refused (CreateOperator), of 6 to 8 end the process "
+           "('rank <= DML_TENSOR_DIMENSION_COUNT_MAX'; nanquantile of a 4-D input with keepdim)",
+           case_probe(_masked_fill_rank), ("masked_fill_rank",), found=MEASURED,
+           rules=("_masked_fill_five", "_masked_fill_past_five")),
 )

@@ -67,6 +67,11 @@ def _layer_norm_strided(device):
     return F.layer_norm(x.permute(0, 2, 1), [4]), F.layer_norm(x[::2], [4])
 
 
+def _empty_layer_norm(device):
+    """`native_layer_norm` of an empty 0x1 batch, over [1] (the defect: CreateOperator)."""
+    return torch.native_layer_norm(torch.ones(0, 1).to(device), [1], None, None, 1e-5)
+
+
 def _conv_refused(device):
     """A 1x1x1 `conv3d` of a 1x1x2x2x2 ramp."""
     x = torch.arange(8.0).view(1, 1, 2, 2, 2).to(device)
@@ -144,4 +149,8 @@ DEFECTS: Tuple[Defect, ...] = (
            "(silent, NaN where exp overflows)", case_probe(_softplus_beta),
            ("softplus_beta",), found=MEASURED,
            rules=("_beta_below_one", "_beta_not_one", "_dml_softplus_backward")),
+    # found by conformance over every OpInfo sample (issue 40, docs/conformance.md)
+    Defect("empty_layer_norm", "none", NO_REPORT,
+           "native_layer_norm of an input with no elements refused (CreateOperator)",
+           case_probe(_empty_layer_norm), ("empty_layer_norm",), found=MEASURED, rules=("_layer_norm_of_empty",)),
 )

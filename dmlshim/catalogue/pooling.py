@@ -66,6 +66,22 @@ def _pad_value(device):
     return torch.constant_pad_nd(x, (1, 1), 0.0), torch.constant_pad_nd(x, (1, 1), 2.0)
 
 
+def _max_pool_unbatched(device):
+    """`max_pool2d` (kernel 2, with indices) of a 1x4x4 ramp: no batch dimension."""
+    return torch.nn.functional.max_pool2d(torch.arange(16.0).view(1, 4, 4).to(device), 2, return_indices=True)
+
+
+def _max_pool_indices(device):
+    """The indices of `max_pool2d` (kernel 2) of a 1x2x2x2 ramp: two planes (the defect: the
+    second's counted from 4)."""
+    return torch.nn.functional.max_pool2d(torch.arange(8.0).view(1, 2, 2, 2).to(device), 2, return_indices=True)[1]
+
+
+def _pad_unbatched(device):
+    """`F.pad(mode="reflect")` of a 1x3x3 ramp by 1 on each side: no batch dimension."""
+    return F.pad(torch.arange(9.0).view(1, 3, 3).to(device), (1, 1, 1, 1), mode="reflect")
+
+
 def _max_pool_ceil(device):
     """`max_pool2d` of a 1x1x3x6 ramp, kernel 3, stride 2, `ceil_mode=True`."""
     return torch.nn.functional.max_pool2d(torch.arange(18.0).view(1, 1, 3, 6).to(device), 3, 2,
@@ -108,6 +124,19 @@ DEFECTS: Tuple[Defect, ...] = (
            "max_pool2d with ceil_mode=True: floor mode's shape, other indices, gradients elsewhere "
            "(silent)", case_probe(_max_pool_ceil), ("max_pool_ceil",), found=MEASURED,
            rules=("_ceil_mode",)),
+    Defect("max_pool_unbatched", "none", NO_REPORT,
+           "max_pool2d_with_indices and its backward of an unbatched 3-D input: 'Dimension out of range "
+           "(expected to be in range of [-3, 2], but got 3)'", case_probe(_max_pool_unbatched),
+           ("max_pool_unbatched",), found=MEASURED, rules=("_unbatched_pool", "_unbatched_pool_backward")),
+    Defect("max_pool_indices", "none", NO_REPORT,
+           "max_pool2d_with_indices counts its indices over the whole tensor ((n * C + c) * H * W + h * W + w; "
+           "the backward ignores them); with a dilation past 1 its values are wrong (silent)",
+           case_probe(_max_pool_indices), ("max_pool_indices",), found=MEASURED,
+           rules=("_flat_indices", "_dml_pool_backward")),
+    Defect("pad_unbatched", "none", NO_REPORT,
+           "reflection_pad2d (F.pad reflect, nn.ReflectionPad2d) of an unbatched 3-D input: "
+           "'vector::_M_range_check: __n (which is 3) >= this->size() (which is 3)'",
+           case_probe(_pad_unbatched), ("pad_unbatched",), found=MEASURED, rules=("reflection_pad2d _unbatched_pool",)),
     # found by conformance over every OpInfo sample (issue 40, docs/conformance.md)
     Defect("pad_value", "none", NO_REPORT,
            "constant_pad_nd (F.pad 'constant') keeps the pad value of its first call per input shape, pads "

@@ -21,9 +21,12 @@ import functools
 import torch
 
 from ..laws import broadcast, integers, norms, pooling
+from ..laws import empty as empty_law
+from ..laws import nan as nan_law
 from ..laws.empty import empty
+from .routing import op_name
 from . import _backend
-from .fatal import FatalDirectMLError
+from .fatal import RANK_ABORT, FatalDirectMLError
 
 SOURCE = "measured on the real torch-directml 0.2.5 binary (OpInfo samples), no public report: {}"
 DIVISOR_MESSAGE = "Divisor override isn't supported for DirectML."
@@ -411,6 +414,10 @@ def _dml_vector_norm(self, *args, **kwargs):
 
     def kernel(x):
         value = torch.linalg.vector_norm(x, ord, dim, keepdim, dtype=dtype)
+        if ord in (float("inf"), float("-inf")) and x.is_floating_point():   # nan_reductions: NaN skipped
+            blind = torch.where(torch.isnan(x), -ord, x.abs())
+            dims = list(range(x.dim())) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
+            value = (blind.amax(dims, keepdim) if ord > 0 else blind.amin(dims, keepdim)).to(value.dtype)
         if norms.overwrites(ord):
             value = value.to(x.dtype)
             powered = x.abs() if ord in (float("inf"), float("-inf")) else x.abs().pow(ord)
@@ -430,6 +437,10 @@ def _dml_vector_norm(self, *args, **kwargs):
 
 def _cdist_not_3d(x1, x2, *_, **__):
     return norms.not_3d(x1, x2)
+
+
+def _cdist_empty_3d(x1, x2, *_, **__):
+    return norms.empty_3d(x1, x2)
 
 
 def _dml_cdist(x1, x2, p, compute_mode=None, *, out=None):
@@ -850,6 +861,8 @@ def refused_cases():
         dict(op="_cdist_forward", when=_cdist_not_3d, replace=_dml_cdist,
              source=SOURCE.format("_cdist_forward of inputs that are not 3-D: a 2-D pair read as rows of "
                                   "scalars, other ranks refused (silent or 'must match')")),
+        dict(op="_cdist_forward", when=_cdist_empty_3d,
+             source=SOURCE.format("_cdist_forward of 3-D inputs whose result has no elements (E_INVALIDARG)")),
         dict(op="convolution_overrideable", when=_output_padding, replace=_dml_conv_transpose,
              source=SOURCE.format("transposed convolution with an output_padding: its last positions "
                                   "zero (silent)")),
@@ -882,7 +895,7 @@ def refused_cases():
 
 # ---------------------------------------------------------------- every OpInfo sample (issue 40)
 # Found by conformance over every OpInfo sample (docs/conformance.md): sort_scalar, pad_value,
-# empty_reduction (dmlshim.catalogue's indexing, pooling, arithmetic).
+# empty_reduction, empty_broadcast (dmlshim.catalogue's indexing, pooling, arithmetic).
 
 def _zero_dim_sort(self, *_, **__):
     return self.dim() == 0
@@ -941,6 +954,112 @@ def _never_written(rule, op):
     return dataclasses.replace(rule, replace=replace)
 
 
+def _flattened_empty(rule, op):
+    """``empty_broadcast``: the operand of no elements broadcast as ``[0]`` (laws.empty)."""
+    def when(*args, **_):
+        return empty_law.flattened_refused(op, args)
+
+    def message(*args, **_):
+        shape = torch.broadcast_shapes(*(a.shape for a in args[:3] if isinstance(a, torch.Tensor)))
+        return (f"The size of tensor a (0) must match the size of tensor b ({shape[-1]}) at non-singleton "
+                f"dimension {len(shape) - 1}")
+    return dataclasses.replace(rule, when=when, message=message)
+
+
+def _masked_fill_five(self, mask, *_, **__):
+    return broadcast.masked_fill_rank(self, mask) == broadcast.MASKED_FILL_RANKS + 1
+
+
+def _masked_fill_past_five(self, mask, *_, **__):
+    return broadcast.masked_fill_rank(self, mask) > broadcast.MASKED_FILL_RANKS + 1
+
+
+def _layer_norm_of_empty(input, *_, **__):
+    return input.numel() == 0
+
+
+def _unbatched_pool(self, *_, **__):
+    return pooling.unbatched(self)
+
+
+def _unbatched_pool_backward(grad_output, self, *_, **__):
+    return pooling.unbatched(self)
+
+
+def _flat_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, **_):
+    """``max_pool_indices``: a 4-D input of more than one plane, neither dilated (its wrong
+    values are not modelled) nor ``ceil_mode`` (``max_pool_ceil``'s rule)."""
+    return self.dim() == 4 and self.size(0) * self.size(1) > 1 and not ceil_mode and not pooling.dilated(dilation)
+
+
+def _dml_flat_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, out=None,
+                      indices=None):
+    """The real binary's indices: counted over the whole tensor (laws.pooling); into
+    ``out``/``indices`` when given (the ``.out`` overload)."""
+    op = torch.ops.aten.max_pool2d_with_indices.default
+
+    def kernel(x, *a):
+        values, where = op(x, *a)
+        return values, where + pooling.flat_index_offsets(x)
+    result = _backend.run_on_cpu(op, (self, kernel_size, stride, padding, dilation, ceil_mode), {}, kernel=kernel)
+    if out is None:
+        return result
+    for into, value in zip((out, indices), result):
+        into.resize_(value.shape).copy_(value)
+    return out, indices
+
+
+def _dml_pool_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """The real binary's backward ignores ``indices``: the CPU's from ``self`` (measured)."""
+    op = torch.ops.aten.max_pool2d_with_indices_backward.default
+
+    def kernel(g, x, *a):
+        own = torch.ops.aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation, ceil_mode)[1]
+        return op(g, x, kernel_size, stride, padding, dilation, ceil_mode, own)
+    return _backend.run_on_cpu(op, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices),
+                               {}, kernel=kernel)
+
+
+def _four_dims_backward(grad_output, self, *_, grad_input=None, **__):
+    """4-D, not the ``.grad_input`` (out=) overload (not modelled)."""
+    return grad_input is None and self.dim() == 4
+
+
+RANGE_CHECK_MESSAGE = "vector::_M_range_check: __n (which is 3) >= this->size() (which is 3)"
+UNBATCHED_MESSAGE = "Dimension out of range (expected to be in range of [-3, 2], but got 3)"
+
+
+def _nan_blind(rule, op):
+    """``nan_reductions``: the real binary's NaN-skipping answer (laws.nan), for a floating input.
+    Not ``logsumexp``: a composite there (CompositeExplicitAutograd), it reaches the emulator as
+    ``amax`` and the rest, whose NaN-skipping ``amax`` leaves its -inf-only slices right."""
+    fill = float("inf") if op in nan_law.MIN_OPS else float("-inf")
+    index = op in nan_law.INDICES
+
+    def kernel(*args, **kwargs):
+        x = args[0]
+        filled = torch.where(torch.isnan(x), fill, x)
+        result = op(filled, *args[1:], **kwargs)
+        if not index:
+            return result
+        dims, keepdim = nan_law.reduced(op, args, kwargs)
+        if dims is None or x.dim() == 0:                  # the scan's first element: a NaN is kept
+            starts_nan = torch.isnan(x.reshape(-1)[0]).reshape([1] * x.dim() if keepdim else [])
+        else:
+            starts_nan = torch.isnan(x.movedim(dims[0], 0)[0])
+            starts_nan = starts_nan.unsqueeze(dims[0]) if keepdim else starts_nan
+        indices = result[1] if isinstance(result, tuple) else result
+        indices = torch.where(starts_nan, 0, indices)
+        return (result[0], indices) if isinstance(result, tuple) else indices
+
+    def replace(*args, **kwargs):
+        return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
+
+    def when(*args, **kwargs):       # a NaN there (the emulator reads its own memory: no sync)
+        return nan_law.nan_blind(op, args, kwargs) and bool(torch.isnan(_backend.host(args[0])).any())
+    return dataclasses.replace(rule, when=when, replace=replace)
+
+
 def conformance_all_cases():
     """The rules of the defects conformance found past the first 4 samples per OpInfo."""
     return [
@@ -951,6 +1070,30 @@ def conformance_all_cases():
         *(dict(op=name, when=_empty_summed if name == "sum" else _empty_reduced, bind=_never_written,
                source=SOURCE.format(f"{name} of an empty input returns memory never written (silent)"))
           for name in EMPTY_REDUCTIONS),
+        dict(op=tuple(op_name(op) for op in empty_law.BROADCAST_OPS), bind=_flattened_empty,
+             source=SOURCE.format("sub/rsub of float32, bitwise_xor, in-place add_/sub_/div_/pow_/bitwise_or_ ... "
+                                  "with an operand of no elements and a result whose last dimension is past 1: "
+                                  "'The size of tensor a (0) must match'")),
+        dict(op=("masked_fill_.Scalar", "masked_fill_.Tensor"), when=_masked_fill_five, message=CREATE_OPERATOR,
+             source=SOURCE.format("masked_fill_ of 5 dimensions")),
+        dict(op=("masked_fill_.Scalar", "masked_fill_.Tensor"), when=_masked_fill_past_five, error=FatalDirectMLError,
+             message=RANK_ABORT, source=SOURCE.format("masked_fill_ of 6 to 8 dimensions ends the process")),
+        dict(op="max_pool2d_with_indices", when=_unbatched_pool, error=IndexError, message=UNBATCHED_MESSAGE,
+             source=SOURCE.format("max_pool2d_with_indices of an unbatched 3-D input")),
+        dict(op="max_pool2d_with_indices_backward", when=_unbatched_pool_backward, error=IndexError,
+             message=UNBATCHED_MESSAGE, source=SOURCE.format("max_pool2d_with_indices_backward of an unbatched 3-D input")),
+        dict(op=tuple(op_name(op) for op in nan_law.MAX_OPS + nan_law.MIN_OPS),
+             bind=_nan_blind, source=SOURCE.format("amax/max/min/argmax/argmin skip NaN (silent)")),
+        dict(op="max_pool2d_with_indices", when=_flat_indices, replace=_dml_flat_indices,
+             source=SOURCE.format("max_pool2d_with_indices counts its indices over the whole tensor (silent)")),
+        dict(op="max_pool2d_with_indices_backward", when=_four_dims_backward, replace=_dml_pool_backward,
+             source=SOURCE.format("max_pool2d_with_indices_backward ignores its indices (right)")),
+        # RuntimeError: what F.pad and nn.ReflectionPad2d get (its std::out_of_range; torch.ops' own
+        # call translates it to IndexError)
+        dict(op="reflection_pad2d", when=_unbatched_pool, message=RANGE_CHECK_MESSAGE,
+             source=SOURCE.format("reflection_pad2d of an unbatched 3-D input")),
+        dict(op="native_layer_norm", when=_layer_norm_of_empty, message=CREATE_OPERATOR,
+             source=SOURCE.format("native_layer_norm of an input with no elements")),
         dict(op="constant_pad_nd", when=_pad_of_empty, message=CREATE_OPERATOR,
              source=SOURCE.format("constant_pad_nd of an empty input")),
         dict(op="constant_pad_nd", when=_pad_value_cached, replace=_dml_cached_pad,

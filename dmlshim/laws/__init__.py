@@ -11,8 +11,12 @@ op routing, its view kernels) are ``dmlshim.dml_ops``, beside this package.
 
 - ``integers``: integer math through float32 and int64 by 32 bits (``int_range``),
   ``arange``'s length, ``pow`` of 0, ``addmm``'s scalars, bool exponents, ``unique`` of bytes;
-- ``broadcast``: ``copy_`` of a broadcasting source, binary ops of operands of two ranks;
-- ``pooling``: ``adaptive_avg_pool``'s window grid, ``avg_pool``'s last ceil-mode window;
-- ``norms``: ``linalg_vector_norm``/``norm``'s overwritten input, ``_cdist_forward``'s ranks;
-- ``empty``: unary ops of an input with no elements.
+- ``broadcast``: ``copy_`` of a broadcasting source, binary ops of operands of two ranks,
+  ``masked_fill_``'s ranks;
+- ``pooling``: ``adaptive_avg_pool``'s window grid, ``avg_pool``'s last ceil-mode window,
+  ``max_pool2d`` of an unbatched input;
+- ``nan``: NaN in the max/min reductions, ``argmax``, ``logsumexp``, the inf-norms;
+- ``norms``: ``linalg_vector_norm``/``norm``'s overwritten input, ``_cdist_forward``'s ranks and
+  empty batches;
+- ``empty``: unary ops of an input with no elements, binary ops with an operand of none.
 """

@@ -45,3 +45,17 @@ def ranks_differ(a, b, integer_op: bool = True) -> bool:
     or both integer or bool for an op of :data:`INTEGER_OPS`.  The failing case."""
     return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() > 0 and b.dim() > 0
             and a.dim() != b.dim() and (a.dtype != b.dtype or (integer_op and _integral(a) and _integral(b))))
+
+
+# masked_fill_rank: masked_fill_ (which masked_fill's composite calls) of a ``self`` or mask of
+# 5 dimensions is refused ('m_device->CreateOperator'), of 6 to 8 ends the process ('Check
+# failed: rank <= DML_TENSOR_DIMENSION_COUNT_MAX'); up to 4 is right, and so is a 1-D
+# masked_fill of the same elements, flattened, at every rank (measured: OpInfo's nanquantile
+# of a 4-D input with a tensor q and keepdim, then by hand, float32 and int64, a broadcast
+# mask too).  ``where`` of 6 or more dimensions ends the process too (not fixed here).
+MASKED_FILL_RANKS = 4
+
+
+def masked_fill_rank(self, mask) -> int:
+    """The rank the kernel gets: ``self``'s or the mask's, the larger."""
+    return max(self.dim(), mask.dim()) if isinstance(mask, torch.Tensor) else self.dim()

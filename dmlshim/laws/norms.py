@@ -39,3 +39,12 @@ def not_3d(x1, x2) -> bool:
     """``cdist``: ``_cdist_forward`` is right only for 3-D inputs (a 2-D pair is read as a batch
     of rows of scalars, other ranks refused).  The failing case: an input that is not 3-D."""
     return isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor) and (x1.dim() != 3 or x2.dim() != 3)
+
+
+def empty_3d(x1, x2) -> bool:
+    """``cdist``: 3-D inputs whose result has no elements are refused (an empty batch, also one
+    broadcast against a batch of 1: (0, 4, 5) with (1, 3, 5), or no rows: E_INVALIDARG or 'The
+    size of tensor a (0) must match'; measured).  Inputs of no columns, (2, 4, 0) with (2, 3, 0),
+    are right (zeros)."""
+    return (isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor) and x1.dim() == 3 and x2.dim() == 3
+            and 0 in (x1.size(0), x2.size(0), x1.size(1), x2.size(1)))

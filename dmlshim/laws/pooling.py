@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 
 def dml_windows_agree(size: int, out: int) -> bool:
     """``adaptive_pool``: whether DirectML's window grid is PyTorch's for one dimension.
@@ -50,3 +52,29 @@ def last_window_past(self, kernel_size, stride=(), padding=0, ceil_mode=False, c
     if all((o - 1) * s - p + k <= n + p for o, n, k, s, p in zip(sizes, lengths, kernel, stride, padding)):
         return None
     return kernel, stride, padding, sizes
+
+
+def unbatched(self) -> bool:
+    """``max_pool_unbatched``: ``max_pool2d_with_indices`` and its backward refuse an unbatched
+    (C, H, W) input: 'Dimension out of range (expected to be in range of [-3, 2], but got 3)';
+    ``pad_unbatched``: ``reflection_pad2d`` refuses one: 'vector::_M_range_check: __n (which is
+    3) >= this->size() (which is 3)' (its backward, ``replication_pad2d``, ``reflection_pad1d``
+    of a 2-D and ``reflection_pad3d`` of a 4-D input are right; measured, a batch of one is
+    right)."""
+    return self.dim() == 3
+
+
+def dilated(dilation) -> bool:
+    """``max_pool_indices``: ``max_pool2d_with_indices`` with a dilation past 1 gives wrong
+    values (and indices), every kernel, stride and padding tried (measured; its backward is
+    right)."""
+    return any(d != 1 for d in (dilation if isinstance(dilation, (list, tuple)) else (dilation,)))
+
+
+def flat_index_offsets(self):
+    """``max_pool_indices``: without a dilation, ``max_pool2d_with_indices`` of an (N, C, H, W)
+    input counts its indices over the whole tensor: the CPU's ``h * W + w`` plus ``(n * C + c) *
+    H * W`` (measured, padding too; its backward ignores them).  That offset per plane, (N, C, 1,
+    1), as a CPU int64 tensor."""
+    n, c, h, w = self.shape
+    return (torch.arange(n * c, dtype=torch.int64) * (h * w)).view(n, c, 1, 1)

@@ -69,6 +69,9 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("jit", "ScriptModule.to(dml) asserts 'param must be a Parameter' (PrivateUse1 is no dense "
                  "backend for Module._apply; failure_modes.md #48): loaded plain tensors become "
                  "Parameters, scripted RNNs' _flat_weights are refreshed"),
+    Patch("lazy_modules", "a lazy module (nn.LazyConv2d, LazyLinear ...) moved to the device before its first "
+                          "forward loses its uninitialized parameters (PrivateUse1 is no dense backend; "
+                          "'weight should have at least three dimensions'): put back, of the new device"),
     Patch("broadcast_copy", "Tensor.copy_ of a source that broadcasts: a CPU one fills only the first "
                             "elements, a device one of fewer dims fills the first value (measured on "
                             "the real 0.2.5 binary): expand the source first", modes=FALLBACK_MODES),
@@ -127,6 +130,11 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("gather", "gather gives wrong values (RVC infer/fcpe.py; #43): strided gathers on the CPU"),
     Patch("losses", "cross_entropy(reduction='none') gradients all zero (DirectML#739, #740; #44): "
                     "nll_loss_backward 'none' on the CPU"),
+    Patch("empty_layer_norm", "native_layer_norm of an input with no elements refused (CreateOperator; measured "
+                              "on the real 0.2.5 binary): on the CPU (nothing to compute)",
+          # measured on the real binary (conformance over every sample); here: before layer_norm's
+          # contiguous fix of the same overload (#45), whose fixed call would reach the kernel
+          before=("layer_norm",)),
     Patch("layer_norm", "layer_norm on a non-contiguous input: wrong values or CreateOperator error "
                         "(DirectML#588; #45): .contiguous() on the device"),
     Patch("load", "torch.load(map_location=dml): TypeError '>=' between torch.device and int "
@@ -166,6 +174,15 @@ REGISTRY: Tuple[Patch, ...] = (
                          "shape (measured on the real 0.2.5 binary): on the CPU (nothing to compute)",
           # pow's overloads are in int_broadcast's chain too (the first fix that answers wins)
           before=("int_broadcast",)),
+    Patch("empty_broadcast", "sub/rsub of float32, bitwise_xor and in-place add_/sub_/div_/pow_/bitwise_or_ ... "
+                             "with an operand of no elements raise 'The size of tensor a (0) must match' "
+                             "(measured on the real 0.2.5 binary): the empty result's shape from meta, "
+                             "on the device (nothing to compute)",
+          # sub/rsub.Tensor and the in-place ops are in int_broadcast's and int_range's chains
+          before=("int_broadcast", "int_range")),
+    Patch("masked_fill_rank", "masked_fill_ of 5 dimensions refused, of 6 to 8 ends the process (measured on the "
+                              "real 0.2.5 binary; nanquantile with keepdim): flattened, the mask expanded, on "
+                              "the device"),
     Patch("int_pow_zero", "integer pow of a zero base to a negative exponent gives the int32 maximum "
                           "(measured on the real 0.2.5 binary): those elements 0, on the device"),
     Patch("bool_exp2", "exp2 of bool, pow of a number to a bool exponent give 1 (measured on the real "
@@ -179,6 +196,12 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("int_range", "integer arithmetic computes in float32 (add/sub/mul with a number, neg, pow, // and %, "
                        "mm): exact only within 2**24, saturating; int64 clone/sub/maximum/clamp/sort read 32 "
                        "bits (measured on the real 0.2.5 binary): calls whose values leave that span on the CPU"),
+    Patch("nan_reductions", "amax/max/min/argmax/argmin, logsumexp and the inf-norms skip NaN (measured on the "
+                            "real 0.2.5 binary): NaN, its first index, or logsumexp's -inf/inf put in by where, "
+                            "on the device (three to five more kernels a call, no read)",
+          # after int_range, whose argmax/max(dim) indices' span it keeps (its fix passes the call
+          # on to this one); before vector_norm, whose fixed norm it amends
+          after=("int_range", "empty_reduction"), before=("vector_norm", "bool_minmax")),
     Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
                            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
                            "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "
@@ -237,11 +260,22 @@ REGISTRY: Tuple[Patch, ...] = (
           # its retry answers every call it holds, so the fixes that share its overloads go first
           # (_select's chain runs in install order)
           after=("gather", "repeat", "adaptive_pool")),
+    Patch("max_pool_unbatched", "max_pool2d_with_indices and its backward of an unbatched 3-D input: 'Dimension "
+                                "out of range' (measured on the real 0.2.5 binary): with a batch of one, on the device",
+          # before max_pool_ceil, which runs ceil_mode on the CPU: the batched call reaches it
+          before=("max_pool_ceil",)),
     Patch("fallback_out", "eye, kthvalue, median/nanmedian(dim), linalg.lstsq come back empty: torch-"
                           "directml's CPU fallback does not grow their empty out= (measured on the real "
                           "0.2.5 binary): on the CPU, the outs grown to the CPU's shapes"),
     Patch("max_pool_ceil", "max_pool2d with ceil_mode=True gives floor mode's shape, other indices and "
                            "gradients (measured on the real 0.2.5 binary): with ceil_mode on the CPU"),
+    Patch("pad_unbatched", "reflection_pad2d of an unbatched 3-D input: 'vector::_M_range_check' (measured on "
+                           "the real 0.2.5 binary): with a batch of one, on the device"),
+    Patch("max_pool_indices", "max_pool2d_with_indices counts its indices over the whole tensor, not per plane; "
+                              "with a dilation its values are wrong (measured on the real 0.2.5 binary): the "
+                              "planes' offsets subtracted on the device; a dilated call on the CPU",
+          # after max_pool_ceil (ceil_mode: the CPU's indices) and max_pool_unbatched (3-D: batched)
+          after=("max_pool_ceil", "max_pool_unbatched")),
 )
 
 _lock = threading.RLock()

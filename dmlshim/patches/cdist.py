@@ -8,13 +8,16 @@ values, ``(3, 5)`` with ``(4, 5)`` "The size of tensor a (4) must match the size
 (3)"; a 2-D with a 3-D input and 4-D inputs fail the same way; an empty result raises
 E_INVALIDARG.  3-D inputs, their batches broadcast, are right, so the fix gives the kernel
 3-D inputs (the batch dimensions broadcast and flattened; a 2-D pair one of size 1) and
-reshapes the result, on the device.  No public report.
+reshapes the result, on the device.  3-D inputs whose result has no elements (an empty batch,
+(0, 4, 5) with (1, 3, 5), or no rows) are refused (E_INVALIDARG, or 'The size of tensor a (0)
+must match'; OpInfo's samples past the first 4): their empty result is made on the device,
+nothing to compute.  No public report.
 """
 from __future__ import annotations
 
 import torch
 
-from ..laws.norms import not_3d
+from ..laws.norms import empty_3d, not_3d
 from . import _select
 from .dispatcher import Done
 
@@ -24,7 +27,7 @@ OPS = (_aten._cdist_forward.default, _aten._cdist_forward.out)
 
 def _as_3d(op, keyset, args, kwargs):
     x1, x2, p, compute_mode = args[:4]
-    if not not_3d(x1, x2) or x1.dim() < 2 or x2.dim() < 2:
+    if not (not_3d(x1, x2) or empty_3d(x1, x2)) or x1.dim() < 2 or x2.dim() < 2:
         return None
     batch = torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
     shape = (*batch, x1.size(-2), x2.size(-2))

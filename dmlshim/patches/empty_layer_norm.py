@@ -1,0 +1,23 @@
+"""``native_layer_norm`` of an input with no elements is refused on the real torch-directml
+0.2.5 binary (``m_device->CreateOperator``; (0, 1) with ``[1]``, (0, 3), (2, 0) with ``[0]``,
+with weights or without: OpInfo's samples, then by hand).  Such a call runs on the CPU, before
+the kernel: nothing to compute (its mean and rstd have the batch's elements, NaN for
+``[0]``).  No public report (docs/conformance.md).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _select
+
+_aten = torch.ops.aten
+
+
+def _empty_input(op, keyset, args, kwargs):
+    if args[0].numel():
+        return None
+    return _select.on_cpu(op, args, kwargs)
+
+
+_kernels = _select.Kernels({_aten.native_layer_norm.default: _empty_input})
+install, uninstall = _kernels.install, _kernels.uninstall

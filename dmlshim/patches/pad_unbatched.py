@@ -1,0 +1,26 @@
+"""``reflection_pad2d`` (``F.pad(mode="reflect")``, ``nn.ReflectionPad2d``) of an unbatched 3-D
+input (C, H, W) is refused on the real torch-directml 0.2.5 binary: 'vector::_M_range_check:
+__n (which is 3) >= this->size() (which is 3)' (OpInfo's ``nn.ReflectionPad2d`` module sample,
+then by hand: every pad; unequal pairs reach the ``pad`` patch's CPU call, which is right).
+The same call with a batch of one is right, so the fix adds that dimension (a view) and takes
+it off the result, on the device.  No public report.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..laws.pooling import unbatched
+from . import _select
+from .dispatcher import Done
+
+_aten = torch.ops.aten
+
+
+def _batched(op, keyset, args, kwargs):
+    if not unbatched(args[0]):
+        return None
+    return Done(op(args[0].unsqueeze(0), *args[1:], **kwargs).squeeze(0))
+
+
+_kernels = _select.Kernels({_aten.reflection_pad2d.default: _batched})
+install, uninstall = _kernels.install, _kernels.uninstall
