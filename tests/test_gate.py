@@ -239,6 +239,7 @@ DEVICE_CALLS = {
     "to(float16)": lambda a, m, w, i: a.to(torch.float16),
     "clone": lambda a, m, w, i: m.clone(),
     "sum": lambda a, m, w, i: m.sum(0),
+    "a 4-D masked_fill_": lambda a, m, w, i: m.view(1, 1, 4, 4).clone().masked_fill_(m.view(1, 1, 4, 4) > 0, 0.0),
     "views of inference tensors, in inference mode": lambda a, m, w, i: _in_inference(
         lambda: (m * 1).view(16).view(4, 4).t()),
 }
@@ -280,6 +281,11 @@ WATCHED = {
     "an empty reduction (empty_reduction)": lambda a, m, w, i: m[:0].sum(0),
     "a transposed convolution's output padding": lambda a, m, w, i: torch.nn.functional.conv_transpose1d(
         m.view(1, 4, 4), w.view(4, 4, 1), stride=2, output_padding=1),
+    "an empty operand (empty_broadcast)": lambda a, m, w, i: torch.ops.aten.sub.Tensor(m[:0], m[:0]),
+    "an unbatched max pool (max_pool_unbatched)": lambda a, m, w, i: torch.ops.aten.max_pool2d_with_indices(
+        m.view(1, 4, 4), [2, 2]),
+    "a 5-D masked_fill_ (masked_fill_rank)": lambda a, m, w, i: m.view(1, 1, 1, 4, 4).clone().masked_fill_(
+        m.view(1, 1, 1, 4, 4) > 0, 0.0),
 }
 
 
@@ -332,8 +338,8 @@ def test_views_the_gate_makes_at_an_offset_alias_their_base(gate, dml_device, as
 
 def test_a_watch_unites_its_fixes_and_a_retry_of_a_write_is_always():
     integers = _gate.Watch(dtypes=_gate.INTEGERS)
-    union = integers | _gate.Watch(empty=True, numbers=frozenset({torch.bool}))
-    assert union.dtypes == _gate.INTEGERS and union.empty and union.numbers == {torch.bool}
+    union = integers | _gate.Watch(empty=True, numbers=frozenset({torch.bool}), ranks=frozenset({3}))
+    assert union.dtypes == _gate.INTEGERS and union.empty and union.numbers == {torch.bool} and union.ranks == {3}
     assert torch.int64 in _gate.INTEGERS and torch.bool in _gate.INTEGERS and torch.float16 not in _gate.INTEGERS
     assert _gate.ALWAYS.flags() == 1 and _gate.Watch(catch=True).flags() == 1 << 6
 
@@ -344,7 +350,7 @@ def test_a_watch_unites_its_fixes_and_a_retry_of_a_write_is_always():
     told = []
 
     class Registration:
-        def watch(self, flags, dtypes, numbers):
+        def watch(self, flags, dtypes, numbers, ranks):
             told.append(flags)
 
     _gate.set_watch(Registration(), torch.ops.aten.mm.default, [retry])

@@ -48,6 +48,8 @@ class Watch:
 
     ``dtypes``: a tensor argument (not a Python number) or a ``dtype=`` of one of these.
     ``numbers``: a Python number of one of these (``x * True``: bool; a wrapped number).
+    ``ranks``: a tensor of one of these ranks (63: 63 and more; ``masked_fill_rank``'s 5 and
+    more, the unbatched pooling's 3).
     ``mixed``: tensors of rank > 0 of different dtypes.  ``empty``: a tensor with no element.
     ``view``: ``self`` a tensor ``offset_views`` anchored (a view with an offset inside
     DirectML's tensor), or a normal (not inference) tensor in inference mode; ``as_strided``
@@ -64,6 +66,7 @@ class Watch:
 
     dtypes: FrozenSet[torch.dtype] = frozenset()
     numbers: FrozenSet[torch.dtype] = frozenset()
+    ranks: FrozenSet[int] = frozenset()
     mixed: bool = False
     empty: bool = False
     view: bool = False
@@ -76,8 +79,8 @@ class Watch:
     always: bool = False
 
     def __or__(self, other: "Watch") -> "Watch":
-        return Watch(self.dtypes | other.dtypes, self.numbers | other.numbers,
-                     **{f.name: getattr(self, f.name) or getattr(other, f.name) for f in fields(self)[2:]})
+        return Watch(self.dtypes | other.dtypes, self.numbers | other.numbers, self.ranks | other.ranks,
+                     **{f.name: getattr(self, f.name) or getattr(other, f.name) for f in fields(self)[3:]})
 
     def flags(self) -> int:
         """The C++ gate's bits (``csrc/gate.cpp``: kAlways ... kSetBool, in field order)."""
@@ -124,7 +127,8 @@ def set_watch(registration, op, fixes: Iterable) -> None:
     first = op._schema.arguments[0].alias_info if op._schema.arguments else None
     if union.catch and (first is not None and first.is_write or any(a.is_out for a in op._schema.arguments)):
         union = union | ALWAYS
-    registration.watch(union.flags(), sorted(union.dtypes, key=str), sorted(union.numbers, key=str))
+    registration.watch(union.flags(), sorted(union.dtypes, key=str), sorted(union.numbers, key=str),
+                       sorted(union.ranks))
 
 
 def mark_anchored(view: torch.Tensor, anchor: torch.Tensor, offset: int) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from ..laws.empty import BROADCAST_OPS, IN_PLACE_OPS, any_empty
 from .. import fallback
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done
 
 
@@ -30,6 +30,7 @@ def _stand_in(a):
     return a
 
 
+@_gate.watching(_gate.Watch(empty=True))
 def _on_cpu_stand_ins(op, keyset, args, kwargs):
     if not any_empty(args):
         return None

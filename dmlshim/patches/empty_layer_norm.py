@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from . import _select
+from . import _gate, _select
 
 _aten = torch.ops.aten
 
 
+@_gate.watching(_gate.Watch(empty=True))
 def _empty_input(op, keyset, args, kwargs):
     if args[0].numel():
         return None

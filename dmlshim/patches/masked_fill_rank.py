@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..laws.broadcast import MASKED_FILL_RANKS, masked_fill_rank
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done
 
 _aten = torch.ops.aten
@@ -23,6 +23,7 @@ def _memory_order(self):
     return sorted(range(self.dim()), key=lambda i: (-self.stride(i), -self.size(i)))
 
 
+@_gate.watching(_gate.Watch(ranks=frozenset(range(MASKED_FILL_RANKS + 1, 64))))
 def _flattened(op, keyset, args, kwargs):
     self, mask, value = args[0], args[1], args[2]
     if masked_fill_rank(self, mask) <= MASKED_FILL_RANKS:

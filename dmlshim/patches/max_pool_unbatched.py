@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from ..laws.pooling import unbatched
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done
 
 _aten = torch.ops.aten
 
 
+@_gate.watching(_gate.Watch(ranks=frozenset({3})))
 def _forward(op, keyset, args, kwargs):
     if not unbatched(args[0]):
         return None
@@ -23,6 +24,7 @@ def _forward(op, keyset, args, kwargs):
     return Done((values.squeeze(0), indices.squeeze(0)))
 
 
+@_gate.watching(_gate.Watch(ranks=frozenset({3})))
 def _backward(op, keyset, args, kwargs):
     # (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
     if not unbatched(args[1]):

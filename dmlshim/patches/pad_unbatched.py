@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from ..laws.pooling import unbatched
-from . import _select
+from . import _gate, _select
 from .dispatcher import Done
 
 _aten = torch.ops.aten
 
 
+@_gate.watching(_gate.Watch(ranks=frozenset({3})))
 def _batched(op, keyset, args, kwargs):
     if not unbatched(args[0]):
         return None

@@ -61,6 +61,7 @@ struct Watch {
   std::atomic<uint32_t> flags{kAlways};
   std::atomic<uint64_t> dtypes[2] = {0, 0};   // tensor dtypes and dtype= values watched
   std::atomic<uint64_t> numbers[2] = {0, 0};  // the dtypes of Python numbers (wrapped) watched
+  std::atomic<uint64_t> ranks{0};             // tensor ranks watched (bit 63: 63 and more)
 
   static bool has(const std::atomic<uint64_t>* bits, c10::ScalarType type) {
     const auto i = static_cast<size_t>(type);
@@ -68,6 +69,7 @@ struct Watch {
   }
   bool dtype(c10::ScalarType type) const { return has(dtypes, type); }
   bool number(c10::ScalarType type) const { return has(numbers, type); }
+  bool rank(int64_t dim) const { return (ranks.load(std::memory_order_relaxed) >> std::min<int64_t>(dim, 63)) & 1u; }
 };
 
 // The views whose offset DirectML keeps inside them (patches/offset_views.py: a view op of
@@ -178,7 +180,7 @@ struct Scan {
       if (watch.number(type)) python = true;
       return;
     }
-    if (watch.dtype(type)) { python = true; return; }
+    if (watch.dtype(type) || watch.rank(t.dim())) { python = true; return; }
     if ((flags & kMarked) && marked().has(t)) { python = true; return; }
     if (flags & kOffTarget) {
       if (!device) device = t.device();
@@ -334,7 +336,7 @@ struct Registration {
   std::unique_ptr<torch::Library> library;
   std::shared_ptr<Watch> watching;
   void destroy() { library.reset(); }
-  void watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers);
+  void watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers, const py::iterable& ranks);
 };
 
 struct Quiet final : c10::WarningHandler {
@@ -780,10 +782,14 @@ void set_bits(std::atomic<uint64_t>* bits, const py::iterable& dtypes) {
   bits[1].store(set[1]);
 }
 
-void Registration::watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers) {
+void Registration::watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers,
+                         const py::iterable& ranks) {
+  uint64_t rank_bits = 0;
+  for (const auto& rank : ranks) rank_bits |= uint64_t{1} << std::min<int64_t>(rank.cast<int64_t>(), 63);
   watching->flags.store(kAlways);                  // every call to Python while the rest changes
   set_bits(watching->dtypes, dtypes);
   set_bits(watching->numbers, numbers);
+  watching->ranks.store(rank_bits);
   watching->flags.store(flags);
 }
 
