@@ -1009,20 +1009,27 @@ def _dml_flat_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_
     return out, indices
 
 
-def _dml_pool_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    """The real binary's backward ignores ``indices``: the CPU's from ``self`` (measured)."""
+def _dml_pool_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,
+                       grad_input=None):
+    """The real binary's backward ignores ``indices``: the CPU's from ``self`` (measured); into
+    ``grad_input`` when given (the ``.grad_input`` overload, which the functional one reaches
+    on the emulator: the CPU kernel given the flat indices writes out of bounds)."""
     op = torch.ops.aten.max_pool2d_with_indices_backward.default
 
     def kernel(g, x, *a):
         own = torch.ops.aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation, ceil_mode)[1]
         return op(g, x, kernel_size, stride, padding, dilation, ceil_mode, own)
-    return _backend.run_on_cpu(op, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices),
-                               {}, kernel=kernel)
+    result = _backend.run_on_cpu(op, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices),
+                                 {}, kernel=kernel)
+    if grad_input is None:
+        return result
+    grad_input.resize_(result.shape).copy_(result)
+    return grad_input
 
 
-def _four_dims_backward(grad_output, self, *_, grad_input=None, **__):
-    """4-D, not the ``.grad_input`` (out=) overload (not modelled)."""
-    return grad_input is None and self.dim() == 4
+def _four_dims_backward(grad_output, self, *_, **__):
+    """4-D (both overloads)."""
+    return self.dim() == 4
 
 
 RANGE_CHECK_MESSAGE = "vector::_M_range_check: __n (which is 3) >= this->size() (which is 3)"
