@@ -2,6 +2,7 @@
 calls with a tensor or a ``device=`` of the target device; every other call, on the CPU
 or another device, runs no Python.  Both ways: with ``DMLSHIM_GATE=python`` the Python
 kernels run on CPU calls too, and the fixes give the CPU's results either way."""
+import os
 import sys
 
 import pytest
@@ -449,24 +450,32 @@ def test_a_failing_device_call_through_the_front_is_retried_on_the_cpu(monkeypat
         dmlshim.deactivate()
 
 
+COMPILED_CPU_CODE = """
+import os, sys, torch
+import dmlshim
+from dmlshim import emulation
+emulation.install()
+torch.manual_seed(0)
+a, b = torch.randn(8), torch.randn(8)
+f = lambda a, b: torch.cat([a * b, (a + b).view(-1)]).to(torch.float16).sum()
+expected = f(a, b)
+dmlshim.activate(trace=0)
+assert type(vars(torch)["cat"]).__name__ == "Front"
+got = torch.compile(f, backend=sys.argv[1])(a, b)
+assert got.dtype == expected.dtype and got.item() == expected.item(), (got, expected)
+print("same")
+"""
+
+
+@pytest.mark.emulated_only("a child process installs the emulated device")
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_torch_compile_of_cpu_code_traces_through_the_fronts(backend, monkeypatch, dml_device, assert_same):
+def test_torch_compile_of_cpu_code_traces_through_the_fronts(backend):
     """torch._dynamo guards the functions it inlines with weak references: a front must take
-    one ("cannot create weak reference to 'dmlshim.Front' object" before)."""
-    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
-    torch.manual_seed(0)
-    a, b = torch.randn(8), torch.randn(8)
-
-    def f(a, b):
-        return torch.cat([a * b, (a + b).view(-1)]).to(torch.float16).sum()
-
-    expected = f(a, b)
-    dmlshim.deactivate()
-    dmlshim.activate(trace=0)
-    try:
-        assert type(vars(torch)["cat"]).__name__ == "Front"
-        torch._dynamo.reset()
-        assert_same(torch.compile(f, backend=backend)(a, b), expected)
-    finally:
-        torch._dynamo.reset()
-        dmlshim.deactivate()
+    one ("cannot create weak reference to 'dmlshim.Front' object" before).  In a process of
+    its own, as a user's: after the suite's many activate()/deactivate() cycles dynamo's
+    closure guard on ``torch.cat`` fails (docs/limitations.md)."""
+    import subprocess
+    env = dict(os.environ, DMLSHIM_GATE="compiled")
+    done = subprocess.run([sys.executable, "-c", COMPILED_CPU_CODE, backend], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("same"), done.stderr[-2000:]

@@ -55,7 +55,8 @@ def _lazy_outcomes(dml_device):
 def test_lazy_modules_convert_and_run_with_dmlshim(dml_device, assert_same):
     """With dmlshim active ``.to()/.half()/.float()`` of a lazy module raised
     ``ValueError: Attempted to use an uninitialized parameter`` (CPU and device); now
-    every conversion leaves the parameters as without dmlshim and the first forward
+    every conversion leaves the parameters as without dmlshim (a move to the device keeps them
+    uninitialized: lazy_modules, tests/test_conformance_all.py) and the first forward
     equals the one without dmlshim, bit for bit."""
     dmlshim.deactivate()
     expected = _lazy_outcomes(dml_device)
@@ -68,6 +69,11 @@ def test_lazy_modules_convert_and_run_with_dmlshim(dml_device, assert_same):
     for key, value in expected.items():
         if isinstance(value, torch.Tensor):
             assert_same(got[key], value, f"{key}: ")
+        elif key[1] == "to device":
+            # torch turns them into empty Parameters there (above); dmlshim's lazy_modules
+            # keeps them uninitialized, as a move to the CPU or CUDA does
+            assert {kind for kind, _, _ in got[key]} == {"UninitializedParameter"}, key
+            assert [(device, dtype) for _, device, dtype in got[key]] == [(d, t) for _, d, t in value], key
         else:
             assert got[key] == value, key
     assert expected["LazyLinear", "half"] == [("UninitializedParameter", "cpu", torch.float16)] * 2
