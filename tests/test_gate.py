@@ -34,13 +34,22 @@ def gate(monkeypatch, request):
     dmlshim.deactivate()
 
 
-def _python_kernel_calls(fn, where=lambda path: path.endswith(KERNEL_FILES)) -> int:
+def _python_kernel_calls(fn, where=lambda path: path.endswith(KERNEL_FILES), emulator: bool = True) -> int:
     """How many calls of a Python function in dmlshim's kernel modules (or in the files
-    ``where(path)`` picks) ``fn()`` makes."""
+    ``where(path)`` picks) ``fn()`` makes; ``emulator=False``: leaving out those the emulated
+    device's own Python kernels make (its ``_to_copy`` calls ``Tensor.to``: a real device
+    makes none)."""
     calls = []
 
+    def in_emulator(frame):
+        while frame is not None:
+            if "dmlshim/emulation/" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
+
     def profile(frame, event, arg):
-        if event == "call" and where(frame.f_code.co_filename):
+        if event == "call" and where(frame.f_code.co_filename) and (emulator or not in_emulator(frame)):
             calls.append(frame.f_code.co_name)
     sys.setprofile(profile)
     try:
@@ -361,27 +370,9 @@ def test_a_watch_unites_its_fixes_and_a_retry_of_a_write_is_always():
 
 
 def _shim_calls(fn) -> int:
-    """How many calls of dmlshim's wrappers and kernels (dmlshim/patches) ``fn()`` makes,
-    leaving out those the emulated device's own Python kernels make (its ``_to_copy`` calls
-    ``Tensor.to``): on a real device there are none of those."""
-    calls = []
-
-    def emulator(frame):
-        while frame is not None:
-            if "dmlshim/emulation/" in frame.f_code.co_filename:
-                return True
-            frame = frame.f_back
-        return False
-
-    def profile(frame, event, arg):
-        if event == "call" and "dmlshim/patches/" in frame.f_code.co_filename and not emulator(frame):
-            calls.append(frame.f_code.co_name)
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(calls)
+    """Calls of dmlshim's wrappers and kernels (dmlshim/patches) ``fn()`` makes, not counting
+    the emulated device's own."""
+    return _python_kernel_calls(fn, where=lambda path: "dmlshim/patches/" in path, emulator=False)
 
 
 # Python-level entry points whose wrappers pass a device call of held dtypes by: their front

@@ -56,5 +56,7 @@ def flattened_refused(op, args) -> bool:
         shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     except RuntimeError:                # the CPU's own error: the kernel raises it
         return False
+    if op in IN_PLACE_OPS and tuple(shape) != tuple(tensors[0].shape):
+        return False                    # torch's own in-place check first: "doesn't match the broadcast shape"
     return len(shape) > 0 and shape[-1] > 1
 

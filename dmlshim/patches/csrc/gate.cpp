@@ -72,88 +72,71 @@ struct Watch {
   bool rank(int64_t dim) const { return (ranks.load(std::memory_order_relaxed) >> std::min<int64_t>(dim, 63)) & 1u; }
 };
 
+// A side table keyed by TensorImpl, one Value per tensor, held as long as the tensor lives.
+// An entry's weak pointer keeps the TensorImpl's memory (not its storage), so no other
+// tensor takes that address while the entry lives; entries whose tensor has gone are swept
+// every 4,096 additions.  Thread-safe (a mutex): the autograd engine's threads call kernels.
+template <class Value>
+class TensorTable {
+ public:
+  void add(const at::TensorBase& t, Value value) {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (++added_ % 4096 == 0) {
+      for (auto it = entries_.begin(); it != entries_.end();) it = it->second.first.expired() ? entries_.erase(it) : std::next(it);
+    }
+    entries_.insert_or_assign(t.unsafeGetTensorImpl(), std::make_pair(Weak(t.getIntrusivePtr()), std::move(value)));
+  }
+  // t's value, or nullopt for a tensor not here
+  std::optional<Value> find(const at::TensorBase& t) {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (entries_.empty()) return std::nullopt;
+    const auto found = entries_.find(t.unsafeGetTensorImpl());
+    if (found == entries_.end() || found->second.first.expired()) return std::nullopt;
+    return found->second.second;
+  }
+
+ private:
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  std::mutex lock_;
+  std::unordered_map<const c10::TensorImpl*, std::pair<Weak, Value>> entries_;
+  size_t added_ = 0;
+};
+
 // The views whose offset DirectML keeps inside them (patches/offset_views.py: a view op of
 // one must be made from its anchor, in Python): view -> its anchor (weakly: the Python fix
 // falls back on the view's base) and its offset there, in elements.  Python marks the views
-// it makes (mark_anchored), the as_strided gate those it passes on.  An entry's weak pointer
-// keeps its TensorImpl's memory (not its storage), so no other tensor takes that address
-// while the entry lives; entries whose tensor has gone are swept now and then.
-class Anchored {
- public:
-  void add(const at::Tensor& view, const at::Tensor& anchor, int64_t offset) {
-    std::lock_guard<std::mutex> guard(lock_);
-    if (++added_ % 4096 == 0) sweep();
-    views_.insert_or_assign(view.unsafeGetTensorImpl(),
-                            Entry{Weak(view.getIntrusivePtr()), Weak(anchor.getIntrusivePtr()), offset});
-  }
-  int64_t offset(const at::Tensor& t) {
-    std::lock_guard<std::mutex> guard(lock_);
-    const auto found = views_.find(t.unsafeGetTensorImpl());
-    return found == views_.end() || found->second.view.expired() ? 0 : found->second.offset;
-  }
-  // (anchor or an undefined tensor where it has gone, offset); offset 0 for a view not here
-  std::tuple<at::Tensor, int64_t> anchor(const at::Tensor& t) {
-    std::lock_guard<std::mutex> guard(lock_);
-    const auto found = views_.find(t.unsafeGetTensorImpl());
-    if (found == views_.end() || found->second.view.expired()) return {at::Tensor(), 0};
-    auto anchor = found->second.anchor.lock();
-    return {anchor ? at::Tensor(std::move(anchor)) : at::Tensor(), found->second.offset};
-  }
-
- private:
-  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-  struct Entry {
-    Weak view, anchor;
-    int64_t offset;
-  };
-  void sweep() {
-    for (auto it = views_.begin(); it != views_.end();) it = it->second.view.expired() ? views_.erase(it) : std::next(it);
-  }
-  std::mutex lock_;
-  std::unordered_map<const c10::TensorImpl*, Entry> views_;
-  size_t added_ = 0;
+// it makes (mark_anchored), the as_strided gate those it passes on.
+struct Anchor {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> anchor;
+  int64_t offset;
 };
 
-Anchored& anchored() {
-  static auto* table = new Anchored();   // never destroyed: kernels may run during exit
+TensorTable<Anchor>& anchored() {
+  static auto* table = new TensorTable<Anchor>();   // never destroyed: kernels may run during exit
   return *table;
 }
 
+int64_t anchored_offset(const at::Tensor& t) {
+  const auto found = anchored().find(t);
+  return found ? found->offset : 0;
+}
+
+void record_anchor(const at::Tensor& view, const at::Tensor& anchor, int64_t offset) {
+  anchored().add(view, Anchor{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(anchor.getIntrusivePtr()),
+                              offset});
+}
+
 // The tensors Python marked (mark): a floating tensor whose whole-number span int_range keeps
-// (patches/int_range.py), so a sum of it goes to Python while other float sums stay here.  A
-// weak pointer each, as Anchored's; a mark outlives writes (Python checks the version).
-class Marked {
- public:
-  void add(const at::Tensor& t) {
-    std::lock_guard<std::mutex> guard(lock_);
-    if (++added_ % 4096 == 0) sweep();
-    marked_.insert_or_assign(t.unsafeGetTensorImpl(), Weak(t.getIntrusivePtr()));
-  }
-  // t or, for a view, its base
-  bool has(const at::Tensor& t) {
-    std::lock_guard<std::mutex> guard(lock_);
-    if (marked_.empty()) return false;
-    if (found(t.unsafeGetTensorImpl())) return true;
-    return t.is_view() && found(t._base().unsafeGetTensorImpl());
-  }
-
- private:
-  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-  bool found(const c10::TensorImpl* impl) {
-    const auto it = marked_.find(impl);
-    return it != marked_.end() && !it->second.expired();
-  }
-  void sweep() {
-    for (auto it = marked_.begin(); it != marked_.end();) it = it->second.expired() ? marked_.erase(it) : std::next(it);
-  }
-  std::mutex lock_;
-  std::unordered_map<const c10::TensorImpl*, Weak> marked_;
-  size_t added_ = 0;
-};
-
-Marked& marked() {
-  static auto* table = new Marked();     // never destroyed: kernels may run during exit
+// (patches/int_range.py), so a sum of it goes to Python while other float sums stay here; a
+// mark outlives writes (Python checks the version).
+TensorTable<bool>& marked() {
+  static auto* table = new TensorTable<bool>();     // never destroyed: kernels may run during exit
   return *table;
+}
+
+// t marked or, for a view, its base
+bool is_marked(const at::Tensor& t) {
+  return marked().find(t) || (t.is_view() && marked().find(t._base()));
 }
 
 // One pass over a device call's arguments: whether Python must see it.
@@ -181,7 +164,7 @@ struct Scan {
       return;
     }
     if (watch.dtype(type) || watch.rank(t.dim())) { python = true; return; }
-    if ((flags & kMarked) && marked().has(t)) { python = true; return; }
+    if ((flags & kMarked) && is_marked(t)) { python = true; return; }
     if (flags & kOffTarget) {
       if (!device) device = t.device();
       else if (t.device() != *device) { python = true; return; }
@@ -196,7 +179,7 @@ struct Scan {
       // inference_mode's case (a normal tensor's view in inference mode), offset_views' (a
       // view of an anchored tensor)
       self_inference = t.is_inference();
-      if ((!self_inference && c10::InferenceMode::is_enabled()) || anchored().offset(t) != 0) {
+      if ((!self_inference && c10::InferenceMode::is_enabled()) || anchored_offset(t) != 0) {
         python = true;
         return;
       }
@@ -385,7 +368,7 @@ struct Typed<R(A...)> {
       if constexpr (std::is_same_v<R, at::Tensor>) {
         if (found.delta != 0) {   // as_strided at an offset: the view marked (offset_views)
           auto view = op.redispatch(below, a...);
-          anchored().add(view, first_tensor(a...), found.delta.guard_int(__FILE__, __LINE__));
+          record_anchor(view, first_tensor(a...), found.delta.guard_int(__FILE__, __LINE__));
           return view;
         }
       }
@@ -803,13 +786,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("typed_gate", &typed_gate, "Register op's typed gate at BackendSelect for device_type, or None");
   m.attr("Front") = py::handle(front_type());
   m.def("mark_anchored", [](const at::Tensor& view, const at::Tensor& anchor, int64_t offset) {
-          anchored().add(view, anchor, offset);
+          record_anchor(view, anchor, offset);
         }, "Mark view as holding offset (elements) of anchor inside DirectML's tensor (offset_views)");
-  m.def("mark", [](const at::Tensor& t) { marked().add(t); },
+  m.def("mark", [](const at::Tensor& t) { marked().add(t, true); },
         "Mark t: a watch with kMarked sends a device call of it (or of a view of it) to Python");
   m.def("anchored", [](const at::Tensor& t) {
-          auto [anchor, offset] = anchored().anchor(t);
-          return std::make_tuple(anchor.defined() ? py::cast(anchor) : py::none(), offset);
+          const auto found = anchored().find(t);
+          auto anchor = found ? found->anchor.lock() : c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>();
+          const int64_t offset = found ? found->offset : 0;
+          return std::make_tuple(anchor ? py::cast(at::Tensor(std::move(anchor))) : py::none(), offset);
         }, "(anchor or None where it has gone, offset) that mark_anchored or the as_strided gate gave t; offset 0: none");
   m.def("set_special", &set_special, "The dtypes a plain call (the front's fast path) holds none of");
   m.def("below", [] { return kBelow - DispatchKeySet(kTrampoline); },
