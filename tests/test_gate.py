@@ -249,7 +249,6 @@ DEVICE_CALLS = {
     "to(float16)": lambda a, m, w, i: a.to(torch.float16),
     "clone": lambda a, m, w, i: m.clone(),
     "sum": lambda a, m, w, i: m.sum(0),
-    "a 4-D masked_fill_": lambda a, m, w, i: m.view(1, 1, 4, 4).clone().masked_fill_(m.view(1, 1, 4, 4) > 0, 0.0),
     "views of inference tensors, in inference mode": lambda a, m, w, i: _in_inference(
         lambda: (m * 1).view(16).view(4, 4).t()),
 }

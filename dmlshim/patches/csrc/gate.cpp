@@ -254,6 +254,12 @@ Verdict verdict(const Watch& watch, c10::DeviceType target, DispatchKeySet ks, c
   return {scan.python, scan.delta};
 }
 
+bool writes_an_argument(const c10::FunctionSchema& schema) {
+  for (const auto& argument : schema.arguments())
+    if (argument.alias_info() && argument.alias_info()->isWrite()) return true;
+  return false;
+}
+
 int position(const c10::FunctionSchema& schema, const char* name) {
   const auto index = schema.argumentIndexWithName(name);
   return index ? static_cast<int>(*index) : -1;
@@ -267,7 +273,7 @@ struct Gate final : c10::OperatorKernel {
         stands_in(stands_in), arguments(schema.arguments().size()),
         dtype(position(schema, "dtype")), layout(position(schema, "layout")),
         device(position(schema, "device")), memory_format(position(schema, "memory_format")),
-        storage_offset(position(schema, "storage_offset")),
+        storage_offset(position(schema, "storage_offset")), writes(writes_an_argument(schema)),
         watch(std::move(watch)) {}
 
   void operator()(const c10::OperatorHandle& op, DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -288,6 +294,10 @@ struct Gate final : c10::OperatorKernel {
   bool to_python(const torch::jit::Stack& stack, size_t base) const {
     const auto flags = watch->flags.load(std::memory_order_relaxed);
     if (flags & (kAlways | kCatch)) return true;      // a boxed call's arguments are gone after an error
+    // in place or out=: the real binary's kernel rebinds the argument it writes to a new tensor
+    // (failure_modes.md #65), which reaches the caller only through an unboxed call; the
+    // stack here holds a copy, so the Python kernel's written() copies the result back
+    if (writes) return true;
     Scan scan{*watch, flags, device_type};
     scan.boxed(stack, base, arguments, dtype, memory_format, storage_offset);
     return scan.python;
@@ -310,6 +320,7 @@ struct Gate final : c10::OperatorKernel {
   bool always, stands_in;
   size_t arguments;
   int dtype, layout, device, memory_format, storage_offset;
+  bool writes;
   std::shared_ptr<Watch> watch;
 };
 
@@ -421,6 +432,13 @@ const std::unordered_map<std::string, Register>& typed_gates() {
       {"aten::add.Scalar", typed<WithScalarAlpha>()}, {"aten::sub.Scalar", typed<WithScalarAlpha>()},
       {"aten::rsub.Scalar", typed<WithScalarAlpha>()},
       {"aten::mul_.Tensor", typed<InPlace>()}, {"aten::add_.Tensor", typed<InPlaceAlpha>()},
+      // the out= kernels torch-directml's structured mul/add/sub/mm/bmm reach: unboxed, so the
+      // real binary's rebinding of out (failure_modes.md #65) reaches its caller
+      {"aten::mul.out", typed<Tensor&(const Tensor&, const Tensor&, Tensor&)>()},
+      {"aten::add.out", typed<Tensor&(const Tensor&, const Tensor&, const Scalar&, Tensor&)>()},
+      {"aten::sub.out", typed<Tensor&(const Tensor&, const Tensor&, const Scalar&, Tensor&)>()},
+      {"aten::mm.out", typed<Tensor&(const Tensor&, const Tensor&, Tensor&)>()},
+      {"aten::bmm.out", typed<Tensor&(const Tensor&, const Tensor&, Tensor&)>()},
       {"aten::sub_.Tensor", typed<InPlaceAlpha>()},
       {"aten::neg", typed<Unary>()},
       {"aten::view", typed<Sizes>()}, {"aten::_unsafe_view", typed<Sizes>()},
