@@ -495,3 +495,22 @@ def test_pack_padded_sequence_reads_nothing(dml_device, shim_off, host_reads, as
         return out.scatter_(0, perm[:2], torch.arange(2, device=d))
 
     assert_parity(written(dml_device), written(torch.device("cpu")))
+
+
+def test_max_pool_indices_read_nothing(dml_device, shim_off, host_reads, assert_parity):
+    """``max_pool2d``'s indices (GFPGAN's RetinaFace, with and without ``return_indices``; not
+    ``ceil_mode``, max_pool_ceil's CPU call): the fix's ``indices - offsets`` has both spans
+    from the shape, and the emulator's ``out=`` kernel writes them as the real binary's C++
+    does, past dmlshim's ``Tensor.copy_`` (which took the write for the model's int64 copy and
+    read its source: one ``aten::clone`` range read per call)."""
+    dmlshim.activate(fallback="known")
+    x = torch.randn(2, 3, 8, 8)
+
+    def work(d):
+        return (torch.nn.functional.max_pool2d(x.to(d), 2),
+                *torch.nn.functional.max_pool2d(x.to(d), 3, 2, 1, return_indices=True))
+
+    dmlshim.trace.reset()
+    got = work(dml_device)
+    assert host_reads() == {}
+    assert_parity(got, work(torch.device("cpu")))

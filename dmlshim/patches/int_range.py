@@ -142,8 +142,8 @@ def _read(value: torch.Tensor, op) -> Span:
             as_float = value.float().reshape(-1)
             lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
             span, read = (int(lo), int(hi)), 8
-    trace.record(op.name() if op is not None else "int_range", "range read",
-                 time.perf_counter() - start, d2h=read)
+    trace.record(op.name() if op is not None else "int_range", "range read",   # the tensor read,
+                 time.perf_counter() - start, d2h=read, args=(value,))         # in DMLSHIM_TRACE
     return span
 
 
