@@ -514,3 +514,47 @@ def test_max_pool_indices_read_nothing(dml_device, shim_off, host_reads, assert_
     got = work(dml_device)
     assert host_reads() == {}
     assert_parity(got, work(torch.device("cpu")))
+
+
+def _padded_ids(d):
+    """Whisper's ``finalize``: ``F.pad(tokens, (0, 1), value=eot)``, pad_value's masked_fill of
+    ids whose span is known."""
+    return torch.nn.functional.pad(torch.tensor([[50257, 50362, 400, 2068, 7586]]).to(d), (0, 1), value=50256)
+
+
+def test_a_masked_fill_of_known_ids_reads_nothing(dml_device, shim_off, host_reads, assert_parity):
+    """The real binary's ``masked_fill_`` returns a new tensor, which the net's kernel copies
+    into ``self`` (``copy_`` of int64: its range was read, 200 bytes in test_whisper_real);
+    ``masked_fill_`` keeps its result's span, so that copy reads nothing.  A fill past 32 bits
+    keeps the CPU's values (the copy reads it then)."""
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+    got = _padded_ids(dml_device)
+    assert host_reads() == {}
+    assert_parity(got, _padded_ids(torch.device("cpu")))
+
+    def past_32_bits(d):
+        tokens = torch.tensor([[50257, 400, 2068]]).to(d)
+        return tokens.clone().masked_fill_(tokens > 1000, 2 ** 40 + 5)
+
+    assert_parity(past_32_bits(dml_device), past_32_bits(torch.device("cpu")))
+
+
+@pytest.mark.emulated_only(reason="a rule modelling the real binary's new tensor from masked_fill_")
+def test_a_rebound_masked_fill_reads_nothing(dml_device, shim_off, host_reads, assert_parity):
+    """:func:`test_a_masked_fill_of_known_ids_reads_nothing` with the emulator's ``masked_fill_``
+    returning a new tensor as the real binary's does (failure_modes.md #65); without the
+    result's span kept, the net's write-back read it (``aten::clone``, 48 bytes)."""
+    from dmlshim import emulation
+    from dmlshim.emulation import _backend
+
+    def rebound(self, mask, value):
+        return _backend.run_on_cpu(aten.masked_fill.Scalar, (self, mask, value), {})
+
+    rules = emulation.default_rules() + [emulation.Rule("masked_fill_.Scalar", replace=rebound)]
+    with emulation.configured(rules=rules):
+        dmlshim.activate(fallback="known")
+        dmlshim.trace.reset()
+        got = torch.nn.functional.pad(torch.tensor([[50257, 400]]).to(dml_device), (0, 1), value=50256)
+        assert host_reads() == {}
+        assert got.cpu().tolist() == [[50257, 400, 50256]]

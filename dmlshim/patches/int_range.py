@@ -251,6 +251,33 @@ def _full(op, args, kwargs, result) -> None:
         remember(result, _operand_span(args[1] if len(args) > 1 else kwargs.get("fill_value")), exact=True)
 
 
+# integer dtypes, not bool: a float masked_fill_'s bool mask stays in C++
+_INTEGRAL = _gate.Watch(dtypes=frozenset(d for d in _gate.INTEGERS if integral(d)))
+
+
+@_gate.watching(_INTEGRAL)
+def _masked_filled(op, keyset, args, kwargs):
+    """``masked_fill_`` of an integer device tensor whose span is known, by a value whose span
+    is too: on the device as it is, its result's span the union of both (each value is
+    ``self``'s or the fill).  The real binary returns a new tensor here (failure_modes.md
+    #65), which the net's kernel copies into ``self`` (``dispatcher._written_back``): with its
+    span kept, that int64 ``copy_`` (its 32 bits, :func:`_copy`) reads nothing (Whisper's
+    ``F.pad(tokens, (0, 1), value=eot)``: ``pad_value``'s ``masked_fill``).  A result that is
+    ``self`` keeps nothing: its version moves after this returns."""
+    self = args[0]
+    value = args[2] if len(args) > 2 else kwargs.get("value")
+    span = integers.union([known_span(self), _operand_span(value)])
+    if span is None:
+        return None
+    result = _select.pass_on(op, keyset, args, kwargs, after=_masked_filled, traced=True)
+    if result is not self:
+        remember(result, span)
+    return _select.Done(result, record=False)
+
+
+_MASKED_FILLS = (_aten.masked_fill_.Scalar, _aten.masked_fill_.Tensor)
+
+
 MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
 PUT = (_aten._index_put_impl_.default,)           # and index_put_fix
 
@@ -543,7 +570,8 @@ _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + P
                            **{op: _indices for op in _INDICES},
                            **{op: _within_source for op in _SOURCES},
                            **{op: _spanned for op in integers.SPANS},
-                           **{op: _summed for op in _SUMS}})
+                           **{op: _summed for op in _SUMS},
+                           **{op: _masked_filled for op in _MASKED_FILLS}})
 _index_kernel = _select.Kernels({_INDEX: _within_source})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
@@ -559,16 +587,15 @@ def install(ctx) -> None:
     from . import dispatcher
     _kernels.install(ctx)
     # their selects look at self's dtype (empty_like's: its input's): the front passes a
-    # device call by unless a tensor is of such a dtype
-    integers_only = _gate.Watch(dtypes=frozenset(d for d in _gate.INTEGERS if integral(d)))
+    # device call by unless a tensor is of such a dtype (_INTEGRAL)
     _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target),
                        device=_gate.Watch(dtypes=frozenset({torch.int64})))
     for owner, name, handler, select in ((torch.Tensor, "__setitem__", _setitem, _integer_on),
                                          (torch.Tensor, "scatter_", _first_write, _integer_on),
                                          (torch, "empty_like", _empty_like, _first_on)):
-        _patches.intercept(ctx, owner, name, handler, select=select(ctx.target), device=integers_only)
+        _patches.intercept(ctx, owner, name, handler, select=select(ctx.target), device=_INTEGRAL)
     for name, handler in _IN_PLACE.items():
-        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=integers_only)
+        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=_INTEGRAL)
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.add_hook(base, net_fix)
         if not all(dispatcher.holds(op) for op in ops):
