@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from .. import fallback, trace
+from .. import fallback, ranges, trace
 from ..laws import integers
 from ..laws.integers import RULES, Span
 from ..ranges import forget, forget_all, integral, known_exactly, known_span, mark_unwritten, remember, unwritten
@@ -502,9 +502,13 @@ def _setitem(func, args, kwargs):
             or not past_32_bits(value):
         if type(value) is int and self.dtype == torch.int64:   # copied over, its range known:
             value = torch.tensor(value, dtype=self.dtype).to(self.device)   # torch's own is not
-        after = integers.union([known_span(self), _operand_span(value)])
+        written = _operand_span(value)
+        after = integers.union([known_span(self), written])
+        base, key, before = _region_of(self, index)
         func(self, index, value)
         remember(self, after)           # at the write's version, which moved in func
+        if base is not None:
+            ranges.remember_region(base, key, written, before, None)
         return "pass", None
     places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
     value = torch.as_tensor(value, dtype=self.dtype)
@@ -513,6 +517,16 @@ def _setitem(func, args, kwargs):
     values = value.to(self.device).expand(places.shape).reshape(-1)
     self.view(-1).index_put_((places.reshape(-1).to(self.device),), values)
     return "flat index_put_", None
+
+
+def _region_of(self: torch.Tensor, index):
+    """The base ``self[index]`` writes into, the view's region key there and the base's
+    version, where that base keeps its views' spans apart (``ranges.remember_region``);
+    else ``(None, None, None)``."""
+    base = self if self._base is None else self._base
+    if not ranges.has_regions(base):
+        return None, None, None
+    return base, ranges.index_key(self, index), ranges.version(base)
 
 
 def _in_place(law, place: int = 1):
@@ -525,12 +539,14 @@ def _in_place(law, place: int = 1):
         base = self._base if self._base is not None and self._base.dtype == self.dtype else None
         before, by = known_span(self), _operand_span(other)
         whole = known_span(base) if base is not None else None
+        version = ranges.version(base) if base is not None else None
         result = func(*args, **kwargs)
         if before is not None and by is not None and result is self:
             after = law([before, by], args, {})
             remember(self, after)
             if base is not None:
                 remember(base, integers.union([whole, after]))
+                ranges.remember_region(base, ranges.view_key(self), after, version, whole)
         return "pass", result
     return handler
 
