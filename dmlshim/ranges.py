@@ -86,11 +86,28 @@ def version(t: torch.Tensor) -> Optional[int]:
     return _version(t)
 
 
+def _storage_offset(t: torch.Tensor) -> Optional[int]:
+    """``t.storage_offset()``: what :func:`locate` replaces where the device hides it."""
+    return t.storage_offset()
+
+
+_offset_of = _storage_offset
+
+
+def locate(offset_of=None) -> None:
+    """Where a view begins in its storage, in elements, or None where not known:
+    ``offset_of(t)`` (``int_range``'s on a device whose views read offset 0, the real
+    binary's); None: ``storage_offset()``."""
+    global _offset_of
+    _offset_of = offset_of or _storage_offset
+
+
 def view_key(view: torch.Tensor) -> Optional[Tuple[int, int, int]]:
     """``(storage offset, length, stride)`` of a view with one dimension of more than one
     element at most, whose elements are at ``offset + i * stride`` for ``i < length``; None
-    for another view."""
-    return _key(view.storage_offset(), list(zip(view.shape, view.stride())))
+    for another view, or one whose offset is not known (:func:`locate`)."""
+    offset = _offset_of(view)
+    return None if offset is None else _key(offset, list(zip(view.shape, view.stride())))
 
 
 def _key(offset: int, dims) -> Optional[Tuple[int, int, int]]:
@@ -106,12 +123,15 @@ def index_key(t: torch.Tensor, index) -> Optional[Tuple[int, int, int]]:
     """:func:`view_key` of ``t[index]`` for a basic ``index`` (numbers, slices of numbers,
     ``None``, ``...``) from ``t``'s geometry, without making the view (a device op per
     ``x[i] = v``); None for another index (tensors, lists: a copy, not a view)."""
+    offset = _offset_of(t)
+    if offset is None:
+        return None
     items = list(index) if type(index) is tuple else [index]
     if items.count(Ellipsis) == 1:
         at = items.index(Ellipsis)
         given = sum(1 for i in items if i is not None and i is not Ellipsis)
         items[at:at + 1] = [slice(None)] * (t.dim() - given)
-    offset, dims, d = t.storage_offset(), [], 0
+    dims, d = [], 0
     for i in items:
         if i is None:
             continue

@@ -75,8 +75,8 @@ def _bounded(args) -> bool:
 
 
 def _assess(op, args, kwargs):
-    """``laws.integers.assess`` by the spans kept; where a kept bound (doubling in a loop:
-    SenseVoice's CTC alignment) leaves the exact span, by the values read instead: one sync,
+    """``laws.integers.assess`` by the spans kept; where a kept bound (a value added to itself
+    in a loop) leaves the exact span, by the values read instead: one sync,
     where the CPU's copy would have been one too, and the call stays on the device.  A first
     write into uninitialized memory (:func:`_first_write`) measures no ``self``, and its
     result's span is not known."""
@@ -519,6 +519,21 @@ def _setitem(func, args, kwargs):
     return "flat index_put_", None
 
 
+def _offset_of(t: torch.Tensor) -> Optional[int]:
+    """Where ``t`` begins in its storage, in elements, for ``ranges.view_key``: a root's 0
+    (a tensor with no base: no offset of its own), a view's as ``offset_views`` recorded it
+    when it was made (the real binary's ``storage_offset()`` reads 0 for a view; the
+    emulator's too is recorded), else a nonzero ``storage_offset()``; None for a view at 0 or
+    made unseen (before ``activate()``), which the two cannot be told apart by."""
+    if t._base is None:
+        return 0 if t.storage_offset() == 0 else None
+    from .offset_views import anchor_of
+    anchor, offset = anchor_of(t)
+    if anchor is not t:
+        return offset
+    return t.storage_offset() or None
+
+
 def _region_of(self: torch.Tensor, index):
     """The base ``self[index]`` writes into, the view's region key there and the base's
     version, where that base keeps its views' spans apart (``ranges.remember_region``);
@@ -602,6 +617,7 @@ def install(ctx) -> None:
     where it holds them, and the Python entry points ``Tensor.copy_`` and ``__setitem__``."""
     from . import dispatcher
     _kernels.install(ctx)
+    ranges.locate(_offset_of)
     # their selects look at self's dtype (empty_like's: its input's): the front passes a
     # device call by unless a tensor is of such a dtype (_INTEGRAL)
     _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target),
@@ -634,6 +650,7 @@ def uninstall() -> None:
     dispatcher.remove_hook("mul", _multiplied, after=True)
     dispatcher.remove_hook("full", _full, after=True)
     _index_kernel.uninstall()
+    ranges.locate(None)
     forget_all()
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.remove_hook(base, net_fix)
