@@ -6,8 +6,9 @@ GPU waits for the queue to drain.  Where a range is known at no cost (a small te
 from the CPU, ``arange``'s bounds, a result whose range follows from its operands'), it is
 kept here, beside the tensor: keyed by ``id``, checked by a weak reference and the tensor's
 version, which every in-place write to it or a view of it moves.  A view's range is its
-base's (its values are among them), unless it reads the memory as another dtype.  Never in
-the tensor's ``__dict__``.
+base's (its values are among them), unless it reads the memory as another dtype, or a 1-D
+view written in place has its own beside the rest of its base (:func:`remember_region`: a
+loop over a tensor's columns).  Never in the tensor's ``__dict__``.
 
 A floating tensor has a span only where its values are known to be whole numbers the dtype
 holds exactly (a bool mask cast to float, a sum of one, within 2**24 for float32): a mask's
