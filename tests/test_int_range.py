@@ -135,6 +135,21 @@ def test_an_unknown_range_is_read_once_until_a_write(dml_device, shim_off, range
     assert_parity((w, v), (expected * 64, (expected - 1) * 2))
 
 
+def test_a_range_read_is_traced_with_the_tensor_read(dml_device, shim_off, tmp_path):
+    """``DMLSHIM_TRACE``'s record of a ``range read`` names the tensor read (its shape and
+    dtype), so a read can be told to its call (GFPGAN's was found so)."""
+    import json
+
+    path = tmp_path / "trace.jsonl"
+    dmlshim.activate(fallback="known", trace=str(path))
+    x = torch.arange(128).repeat(40).to(dml_device)   # too many elements to take at the copy
+    x + 1
+    dmlshim.deactivate()
+    reads = [r for r in map(json.loads, path.read_text().splitlines()) if r["action"] == "range read"]
+    assert [(r["op"], r["inputs"][0]["shape"], r["inputs"][0]["dtype"]) for r in reads] == \
+        [("aten::add.Tensor", [5120], "int64")]
+
+
 def test_ranges_carry_through_cat_indexing_and_writes(dml_device, shim_off, range_reads, assert_parity):
     """A decoder's token list: argmax indices, a write of the end token, a concatenation and
     arithmetic on its views read nothing (Whisper's greedy decode)."""
