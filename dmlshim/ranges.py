@@ -6,8 +6,9 @@ GPU waits for the queue to drain.  Where a range is known at no cost (a small te
 from the CPU, ``arange``'s bounds, a result whose range follows from its operands'), it is
 kept here, beside the tensor: keyed by ``id``, checked by a weak reference and the tensor's
 version, which every in-place write to it or a view of it moves.  A view's range is its
-base's (its values are among them), unless it reads the memory as another dtype.  Never in
-the tensor's ``__dict__``.
+base's (its values are among them), unless it reads the memory as another dtype, or a 1-D
+view written in place has its own beside the rest of its base (:func:`remember_region`: a
+loop over a tensor's columns).  Never in the tensor's ``__dict__``.
 
 A floating tensor has a span only where its values are known to be whole numbers the dtype
 holds exactly (a bool mask cast to float, a sum of one, within 2**24 for float32): a mask's
@@ -30,8 +31,18 @@ _known: Dict[int, Tuple[weakref.ref, int, Span, bool]] = {}
 
 def known_span(t: torch.Tensor) -> Optional[Span]:
     """``(least, greatest)`` of integer device tensor ``t``'s values, known without a device
-    read, or None.  For a floating ``t``: its values are whole numbers within the span."""
-    entry = _entry(t)
+    read, or None.  For a floating ``t``: its values are whole numbers within the span.  A
+    view's: its own, else its region's (:func:`remember_region`), else its base's."""
+    entry = _valid(_known, t)
+    if entry is not None:
+        return entry[2]
+    base = t._base
+    if base is None or base.dtype != t.dtype:
+        return None
+    span = _region_span(t, base)
+    if span is not None:
+        return span
+    entry = _valid(_known, base)
     return entry[2] if entry is not None else None
 
 
@@ -42,12 +53,12 @@ def known_exactly(t: torch.Tensor) -> bool:
     return entry is not None and entry[3] and entry[0]() is t and entry[1] == _version(t)
 
 
-def _entry(t):
-    base = t._base
-    for candidate in (t, base if base is not None and base.dtype == t.dtype else None):
-        entry = _known.get(id(candidate)) if candidate is not None else None
-        if entry is not None and entry[0]() is candidate and entry[1] == _version(candidate):
-            return entry
+def _valid(table, t):
+    """``t``'s entry in ``table`` (weak reference and version first), if still ``t``'s and
+    no write moved its version since."""
+    entry = table.get(id(t))
+    if entry is not None and entry[0]() is t and entry[1] == _version(t):
+        return entry
     return None
 
 
@@ -61,6 +72,138 @@ def remember(t, span: Optional[Span], exact: bool = False) -> None:
     if version is not None:
         key = id(t)
         _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span, exact)
+
+
+# id(base) -> (weak reference, version, rest, length, stride, {storage offset: span}): the
+# 1-D views of ``base`` of one length and stride written since ``rest`` bounded all of it,
+# each with its own span; ``rest`` still bounds every element outside them
+_regions: Dict[int, tuple] = {}
+_LONGEST = 64                 # elements of a region: finding an overlap costs one look for each
+
+
+def version(t: torch.Tensor) -> Optional[int]:
+    """``t``'s version counter (None for an inference tensor): a caller keeps it before a write
+    it then tells :func:`remember_region`."""
+    return _version(t)
+
+
+def _storage_offset(t: torch.Tensor) -> Optional[int]:
+    """``t.storage_offset()``: what :func:`locate` replaces where the device hides it."""
+    return t.storage_offset()
+
+
+_offset_of = _storage_offset
+
+
+def locate(offset_of=None) -> None:
+    """Where a view begins in its storage, in elements, or None where not known:
+    ``offset_of(t)`` (``int_range``'s on a device whose views read offset 0, the real
+    binary's); None: ``storage_offset()``."""
+    global _offset_of
+    _offset_of = offset_of or _storage_offset
+
+
+def view_key(view: torch.Tensor) -> Optional[Tuple[int, int, int]]:
+    """``(storage offset, length, stride)`` of a view with one dimension of more than one
+    element at most, whose elements are at ``offset + i * stride`` for ``i < length``; None
+    for another view, or one whose offset is not known (:func:`locate`)."""
+    offset = _offset_of(view)
+    return None if offset is None else _key(offset, list(zip(view.shape, view.stride())))
+
+
+def _key(offset: int, dims) -> Optional[Tuple[int, int, int]]:
+    """:func:`view_key` from a storage offset and ``(size, stride)`` pairs."""
+    long = [(n, stride) for n, stride in dims if n != 1]
+    if len(long) > 1 or any(n == 0 for n, _ in long):
+        return None
+    n, stride = long[0] if long else (1, 1)
+    return (offset, n, stride) if 0 < stride and n <= _LONGEST else None
+
+
+def index_key(t: torch.Tensor, index) -> Optional[Tuple[int, int, int]]:
+    """:func:`view_key` of ``t[index]`` for a basic ``index`` (numbers, slices of numbers,
+    ``None``, ``...``) from ``t``'s geometry, without making the view (a device op per
+    ``x[i] = v``); None for another index (tensors, lists: a copy, not a view)."""
+    offset = _offset_of(t)
+    if offset is None:
+        return None
+    items = list(index) if type(index) is tuple else [index]
+    if items.count(Ellipsis) == 1:
+        at = items.index(Ellipsis)
+        given = sum(1 for i in items if i is not None and i is not Ellipsis)
+        items[at:at + 1] = [slice(None)] * (t.dim() - given)
+    dims, d = [], 0
+    for i in items:
+        if i is None:
+            continue
+        if d >= t.dim():
+            return None
+        size, stride = t.shape[d], t.stride(d)
+        if type(i) is int and -size <= i < size:
+            offset += (i % size) * stride
+        elif type(i) is slice and all(type(x) in (int, type(None)) for x in (i.start, i.stop, i.step)):
+            start, stop, step = i.indices(size)
+            offset += start * stride
+            dims.append((len(range(start, stop, step)), stride * step))
+        else:
+            return None
+        d += 1
+    return _key(offset, dims + list(zip(t.shape[d:], t.stride()[d:])))
+
+
+def _overlaps(written, offset: int, n: int, stride: int) -> bool:
+    """Whether the view at ``offset`` shares an element with another one of ``written``, all of
+    length ``n`` and stride ``stride``: two such views overlap iff their offsets differ by
+    ``j * stride`` with ``0 < |j| < n``."""
+    return any(offset + j * stride in written for j in range(1 - n, n) if j)
+
+
+def _region_span(view: torch.Tensor, base: torch.Tensor) -> Optional[Span]:
+    """``view``'s span from its base's regions: its own where written, ``rest`` where it
+    shares no element with one; None otherwise (the base's span holds it)."""
+    entry = _valid(_regions, base)
+    key = view_key(view) if entry is not None else None
+    if key is None or key[1:] != entry[3:5]:
+        return None
+    written = entry[5]
+    if key[0] in written:
+        return written[key[0]]
+    return None if _overlaps(written, *key) else entry[2]
+
+
+def remember_region(base: torch.Tensor, key, span: Optional[Span], before: Optional[int],
+                    whole: Optional[Span]) -> None:
+    """The view of integer device tensor ``base`` at ``key`` (:func:`view_key`, None for
+    another view) was just written whole, each value now within ``span``; ``before``: the
+    base's version before that write, ``whole``: the base's span then.  Each such view keeps
+    its own span beside the rest of its base, so a view no tracked write touched keeps the
+    bound from before those writes instead of the union of all: SenseVoice's CTC alignment
+    writes ``path[:, t - 1] += path[:, t] - d`` once per column, whose one span per tensor
+    doubled each step (a read every 24 steps), where a column's grows by the previous one's.
+    Sound while every write since is told here: any other moves the version, and the
+    regions are dropped; views of one length and stride only, whose overlaps are exact."""
+    now = _version(base) if key is not None else None
+    if now is None or span is None or not _holds(base.dtype, span):
+        _regions.pop(id(base), None)
+        return
+    offset, n, stride = key
+    entry = _regions.get(id(base))
+    if entry is not None and entry[0]() is base and entry[1] == before and entry[3:5] == (n, stride) \
+            and (offset in entry[5] or not _overlaps(entry[5], *key)):
+        rest, written = entry[2], entry[5]
+    elif whole is not None:
+        rest, written = whole, {}            # the base's span before: every element's
+    else:
+        _regions.pop(id(base), None)
+        return
+    written[offset] = span
+    ref = weakref.ref(base, lambda _, key=id(base): _regions.pop(key, None))
+    _regions[id(base)] = (ref, now, rest, n, stride, written)
+
+
+def has_regions(t: torch.Tensor) -> bool:
+    """Whether ``t`` (a base) keeps the spans of views written since its version moved last."""
+    return _valid(_regions, t) is not None
 
 
 _LIMITS: Dict[torch.dtype, Span] = {}
@@ -115,11 +258,13 @@ def forget(t: torch.Tensor) -> None:
     for candidate in (t, t._base):
         if candidate is not None:
             _known.pop(id(candidate), None)
+            _regions.pop(id(candidate), None)
 
 
 def forget_all() -> None:
     """Forget every range kept (``deactivate()``)."""
     _known.clear()
+    _regions.clear()
     _unwritten.clear()
 
 

@@ -48,6 +48,19 @@ def host(value):
     return cpu_alias(value) if isinstance(value, torch.Tensor) and not value.is_cpu else value
 
 
+def write_out(out, value):
+    """``value`` written into a kernel's ``out=`` tensor ``out`` (resized first, as ATen's
+    ``out=`` kernels do): between the CPU views of their memory, as the real binary writes it
+    inside its C++ kernel.  A ``Tensor.copy_`` from Python would reach dmlshim's own entry
+    point (``int_range``'s, for int64), which takes it for the model's call and reads the
+    source's range: a device read the real binary never makes (GFPGAN's RetinaFace
+    ``max_pool2d``: one per forward)."""
+    if out.shape != value.shape:
+        out.resize_(value.shape)
+    host(out).copy_(host(value))
+    return out
+
+
 class _OpInfo:
     """What the kernel needs to know about one aten overload, computed once."""
 

@@ -125,7 +125,7 @@ def _floor_mode(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
     if out is None:
         return result
     for into, value in zip((out, indices), result):
-        into.resize_(value.shape).copy_(value)
+        _backend.write_out(into, value)
     return out, indices
 
 
@@ -1005,7 +1005,7 @@ def _dml_flat_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_
     if out is None:
         return result
     for into, value in zip((out, indices), result):
-        into.resize_(value.shape).copy_(value)
+        _backend.write_out(into, value)
     return out, indices
 
 
@@ -1023,8 +1023,7 @@ def _dml_pool_backward(grad_output, self, kernel_size, stride, padding, dilation
                                  {}, kernel=kernel)
     if grad_input is None:
         return result
-    grad_input.resize_(result.shape).copy_(result)
-    return grad_input
+    return _backend.write_out(grad_input, result)
 
 
 def _four_dims_backward(grad_output, self, *_, **__):

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from .. import fallback, trace
+from .. import fallback, ranges, trace
 from ..laws import integers
 from ..laws.integers import RULES, Span
 from ..ranges import forget, forget_all, integral, known_exactly, known_span, mark_unwritten, remember, unwritten
@@ -75,8 +75,8 @@ def _bounded(args) -> bool:
 
 
 def _assess(op, args, kwargs):
-    """``laws.integers.assess`` by the spans kept; where a kept bound (doubling in a loop:
-    SenseVoice's CTC alignment) leaves the exact span, by the values read instead: one sync,
+    """``laws.integers.assess`` by the spans kept; where a kept bound (a value added to itself
+    in a loop) leaves the exact span, by the values read instead: one sync,
     where the CPU's copy would have been one too, and the call stays on the device.  A first
     write into uninitialized memory (:func:`_first_write`) measures no ``self``, and its
     result's span is not known."""
@@ -142,8 +142,8 @@ def _read(value: torch.Tensor, op) -> Span:
             as_float = value.float().reshape(-1)
             lo, hi = torch.stack([as_float.min(), as_float.max()]).tolist()
             span, read = (int(lo), int(hi)), 8
-    trace.record(op.name() if op is not None else "int_range", "range read",
-                 time.perf_counter() - start, d2h=read)
+    trace.record(op.name() if op is not None else "int_range", "range read",   # the tensor read,
+                 time.perf_counter() - start, d2h=read, args=(value,))         # in DMLSHIM_TRACE
     return span
 
 
@@ -249,6 +249,33 @@ def _full(op, args, kwargs, result) -> None:
     ``dtype=`` is an integer; ``torch.full(size, 7)`` infers int64 below the gate, unseen."""
     if isinstance(result, torch.Tensor) and not result.is_cpu and integral(result.dtype):
         remember(result, _operand_span(args[1] if len(args) > 1 else kwargs.get("fill_value")), exact=True)
+
+
+# integer dtypes, not bool: a float masked_fill_'s bool mask stays in C++
+_INTEGRAL = _gate.Watch(dtypes=frozenset(d for d in _gate.INTEGERS if integral(d)))
+
+
+@_gate.watching(_INTEGRAL)
+def _masked_filled(op, keyset, args, kwargs):
+    """``masked_fill_`` of an integer device tensor whose span is known, by a value whose span
+    is too: on the device as it is, its result's span the union of both (each value is
+    ``self``'s or the fill).  The real binary returns a new tensor here (failure_modes.md
+    #65), which the net's kernel copies into ``self`` (``dispatcher._written_back``): with its
+    span kept, that int64 ``copy_`` (its 32 bits, :func:`_copy`) reads nothing (Whisper's
+    ``F.pad(tokens, (0, 1), value=eot)``: ``pad_value``'s ``masked_fill``).  A result that is
+    ``self`` keeps nothing: its version moves after this returns."""
+    self = args[0]
+    value = args[2] if len(args) > 2 else kwargs.get("value")
+    span = integers.union([known_span(self), _operand_span(value)])
+    if span is None:
+        return None
+    result = _select.pass_on(op, keyset, args, kwargs, after=_masked_filled, traced=True)
+    if result is not self:
+        remember(result, span)
+    return _select.Done(result, record=False)
+
+
+_MASKED_FILLS = (_aten.masked_fill_.Scalar, _aten.masked_fill_.Tensor)
 
 
 MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
@@ -475,9 +502,13 @@ def _setitem(func, args, kwargs):
             or not past_32_bits(value):
         if type(value) is int and self.dtype == torch.int64:   # copied over, its range known:
             value = torch.tensor(value, dtype=self.dtype).to(self.device)   # torch's own is not
-        after = integers.union([known_span(self), _operand_span(value)])
+        written = _operand_span(value)
+        after = integers.union([known_span(self), written])
+        base, key, before = _region_of(self, index)
         func(self, index, value)
         remember(self, after)           # at the write's version, which moved in func
+        if base is not None:
+            ranges.remember_region(base, key, written, before, None)
         return "pass", None
     places = torch.arange(self.numel()).view(self.shape)[_on_host(index)]
     value = torch.as_tensor(value, dtype=self.dtype)
@@ -486,6 +517,31 @@ def _setitem(func, args, kwargs):
     values = value.to(self.device).expand(places.shape).reshape(-1)
     self.view(-1).index_put_((places.reshape(-1).to(self.device),), values)
     return "flat index_put_", None
+
+
+def _offset_of(t: torch.Tensor) -> Optional[int]:
+    """Where ``t`` begins in its storage, in elements, for ``ranges.view_key``: a root's 0
+    (a tensor with no base: no offset of its own), a view's as ``offset_views`` recorded it
+    when it was made (the real binary's ``storage_offset()`` reads 0 for a view; the
+    emulator's too is recorded), else a nonzero ``storage_offset()``; None for a view at 0 or
+    made unseen (before ``activate()``), which the two cannot be told apart by."""
+    if t._base is None:
+        return 0 if t.storage_offset() == 0 else None
+    from .offset_views import anchor_of
+    anchor, offset = anchor_of(t)
+    if anchor is not t:
+        return offset
+    return t.storage_offset() or None
+
+
+def _region_of(self: torch.Tensor, index):
+    """The base ``self[index]`` writes into, the view's region key there and the base's
+    version, where that base keeps its views' spans apart (``ranges.remember_region``);
+    else ``(None, None, None)``."""
+    base = self if self._base is None else self._base
+    if not ranges.has_regions(base):
+        return None, None, None
+    return base, ranges.index_key(self, index), ranges.version(base)
 
 
 def _in_place(law, place: int = 1):
@@ -498,12 +554,14 @@ def _in_place(law, place: int = 1):
         base = self._base if self._base is not None and self._base.dtype == self.dtype else None
         before, by = known_span(self), _operand_span(other)
         whole = known_span(base) if base is not None else None
+        version = ranges.version(base) if base is not None else None
         result = func(*args, **kwargs)
         if before is not None and by is not None and result is self:
             after = law([before, by], args, {})
             remember(self, after)
             if base is not None:
                 remember(base, integers.union([whole, after]))
+                ranges.remember_region(base, ranges.view_key(self), after, version, whole)
         return "pass", result
     return handler
 
@@ -543,7 +601,8 @@ _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + P
                            **{op: _indices for op in _INDICES},
                            **{op: _within_source for op in _SOURCES},
                            **{op: _spanned for op in integers.SPANS},
-                           **{op: _summed for op in _SUMS}})
+                           **{op: _summed for op in _SUMS},
+                           **{op: _masked_filled for op in _MASKED_FILLS}})
 _index_kernel = _select.Kernels({_INDEX: _within_source})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
@@ -558,17 +617,17 @@ def install(ctx) -> None:
     where it holds them, and the Python entry points ``Tensor.copy_`` and ``__setitem__``."""
     from . import dispatcher
     _kernels.install(ctx)
+    ranges.locate(_offset_of)
     # their selects look at self's dtype (empty_like's: its input's): the front passes a
-    # device call by unless a tensor is of such a dtype
-    integers_only = _gate.Watch(dtypes=frozenset(d for d in _gate.INTEGERS if integral(d)))
+    # device call by unless a tensor is of such a dtype (_INTEGRAL)
     _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_int64_on(ctx.target),
                        device=_gate.Watch(dtypes=frozenset({torch.int64})))
     for owner, name, handler, select in ((torch.Tensor, "__setitem__", _setitem, _integer_on),
                                          (torch.Tensor, "scatter_", _first_write, _integer_on),
                                          (torch, "empty_like", _empty_like, _first_on)):
-        _patches.intercept(ctx, owner, name, handler, select=select(ctx.target), device=integers_only)
+        _patches.intercept(ctx, owner, name, handler, select=select(ctx.target), device=_INTEGRAL)
     for name, handler in _IN_PLACE.items():
-        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=integers_only)
+        _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=_INTEGRAL)
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.add_hook(base, net_fix)
         if not all(dispatcher.holds(op) for op in ops):
@@ -591,6 +650,7 @@ def uninstall() -> None:
     dispatcher.remove_hook("mul", _multiplied, after=True)
     dispatcher.remove_hook("full", _full, after=True)
     _index_kernel.uninstall()
+    ranges.locate(None)
     forget_all()
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
         dispatcher.remove_hook(base, net_fix)
