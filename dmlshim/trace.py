@@ -12,14 +12,31 @@ device) is counted under its op name (the patched entry point, e.g. ``torch.cat`
                 that dtype stayed there (``dmlshim.islands``), the others came back
 ``error``       the call raised
 
+Each call's wall time (``seconds``) is split in three parts that sum to it:
+
+``own``         the op the model called, run on the device: the handler's call of the
+                original (an ``intercept`` handler's ``func``, a dispatcher kernel's
+                redispatch, :func:`own`)
+``substitute``  work dmlshim does instead of DirectML or besides it: CPU runs with their
+                copies (``cpu``, ``island``: ``fallback.run_on_cpu``) and device ops a fix
+                computes in place of the original, where the fix marks them
+                (:func:`substitute`)
+``overhead``    the rest: dmlshim's Python, its checks, host reads of ranges
+
+Regions nest once: a CPU run that calls the original on CPU tensors is substitute, not
+own; a handled call made inside another (a dispatcher kernel reached from a wrapper's
+original) is counted in its own row only, and left out of the outer call's ``seconds``.
+
 Tracing (``DMLSHIM_TRACE``) adds one record per call: on logger ``dmlshim`` at INFO
 level, or as one JSON object per line in a file.  Records hold op, action, input
-shapes, dtypes and devices, microseconds and bytes moved; never tensor values.
+shapes, dtypes and devices, microseconds (``us``, and its parts ``us_own``,
+``us_substitute``, ``us_overhead``) and bytes moved; never tensor values.
 """
 from __future__ import annotations
 
 import atexit
 import contextvars
+import functools
 import json
 import logging
 import sys
@@ -38,14 +55,19 @@ ACTIONS = ("pass", "coerce", "drop-empty", "cpu", "island", "error")
 
 @dataclass
 class OpStats:
-    """Totals for one op.  ``seconds`` is wall time inside the wrapper; bytes are
-    host->device (``h2d``) and device->host (``d2h``) copies made by the shim."""
+    """Totals for one op.  ``seconds`` is wall time inside the wrapper (less handled calls
+    nested in it), split into ``own`` + ``substitute`` + ``overhead`` (module docstring),
+    all in seconds; bytes are host->device (``h2d``) and device->host (``d2h``) copies made
+    by the shim."""
 
     calls: int = 0
     actions: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     h2d: int = 0
     d2h: int = 0
+    own: float = 0.0
+    substitute: float = 0.0
+    overhead: float = 0.0
 
 
 _lock = threading.Lock()
@@ -53,7 +75,7 @@ _stats: Dict[str, OpStats] = {}
 # device-to-host reads, by whose code made them: ("model" | "dmlshim", op) -> [reads, bytes]
 _syncs: Dict[Tuple[str, str], List[int]] = {}
 _caches: Dict[str, Callable[[], "tuple[int, int]"]] = {}   # name -> () -> (tensors, bytes)
-_current: contextvars.ContextVar = contextvars.ContextVar("dmlshim_call_bytes", default=None)
+_current: contextvars.ContextVar = contextvars.ContextVar("dmlshim_call", default=None)   # a Call
 _sink: Optional[Callable[[dict], None]] = None
 _sink_close: Optional[Callable[[], None]] = None
 _own_handler: Optional[logging.Handler] = None
@@ -62,12 +84,113 @@ _atexit_registered = False
 
 # --------------------------------------------------------------------------- recording
 
+_clock = time.perf_counter
+
+
+class Call:
+    """The counters of one handled call while it runs (``_current``): bytes moved, seconds
+    spent in its own and substitute regions, and in handled calls nested in it."""
+
+    __slots__ = ("h2d", "d2h", "own", "sub", "nested", "region", "start", "token")
+
+    def __init__(self):
+        self.h2d = self.d2h = 0
+        self.own = self.sub = self.nested = 0.0
+        self.region = False          # inside an own or substitute region: inner ones count in it
+
+
+def begin() -> Call:
+    """Open a handled call: its counters become current until :func:`end`.  For kernels
+    that time themselves (``dispatcher.fix_kernel``); ``call`` does this around a handler."""
+    c = Call()
+    c.token = _current.set(c)
+    c.start = _clock()
+    return c
+
+
+def end(c: Call, op: Optional[str], action: str = "pass", args=(), kwargs=None) -> None:
+    """Close ``c`` (from :func:`begin`) and count it under ``op`` and ``action``; ``op``
+    None: not counted (a kernel that passed the call through), the handled calls nested in
+    it then count as nested in the enclosing one."""
+    wall = _clock() - c.start
+    _current.reset(c.token)
+    if op is None:
+        parent = _current.get()
+        if parent is not None:
+            parent.nested += c.nested
+        return
+    _record(op, action, wall, c, args, kwargs)
+
+
+class _Region:
+    """``with own():`` / ``with substitute():``: the block's time goes to that part of the
+    current handled call, unless a region is open already (nested regions count once) or
+    no call is handled."""
+
+    __slots__ = ("substitute", "call", "start", "nested")
+
+    def __init__(self, substitute: bool):
+        self.substitute = substitute
+
+    def __enter__(self):
+        c = _current.get()
+        if c is None or c.region:
+            self.call = None
+            return self
+        c.region = True
+        self.call, self.nested, self.start = c, c.nested, _clock()
+        return self
+
+    def __exit__(self, *exc):
+        c = self.call
+        if c is not None:
+            spent = _clock() - self.start - (c.nested - self.nested)
+            if self.substitute:
+                c.sub += spent
+            else:
+                c.own += spent
+            c.region = False
+        return False
+
+
+def substitute() -> _Region:
+    """``with trace.substitute():`` marks work dmlshim does instead of DirectML or besides
+    it (device ops a fix computes in place of the original, a CPU run and its copies): its
+    seconds count as the handled call's ``substitute``, not its ``overhead``."""
+    return _Region(True)
+
+
+def own() -> _Region:
+    """``with trace.own():`` marks the original op itself, run on the device (a fix's call of
+    what it amends): its seconds count as the handled call's ``own``."""
+    return _Region(False)
+
+
+def timed(func: Callable) -> Callable:
+    """``func`` whose calls count as ``own`` time of the handled call they are made in
+    (outside any other region); named as ``func``.  Made once per wrapper: what an
+    ``intercept`` handler gets as ``func``."""
+    def timed_func(*args, **kwargs):
+        c = _current.get()
+        if c is None or c.region:
+            return func(*args, **kwargs)
+        c.region = True
+        nested, start = c.nested, _clock()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            c.own += _clock() - start - (c.nested - nested)
+            c.region = False
+    functools.update_wrapper(timed_func, func, functools.WRAPPER_ASSIGNMENTS + ("__objclass__",), ())
+    return timed_func
+
+
 def moved(h2d: int = 0, d2h: int = 0) -> None:
     """Add bytes copied host->device / device->host to the call being handled."""
-    counters = _current.get()
-    if counters is not None:
-        counters[0] += h2d
-        counters[1] += d2h
+    c = _current.get()
+    if c is not None:
+        c.h2d += h2d
+        c.d2h += d2h
 
 
 def nbytes(t: torch.Tensor) -> int:
@@ -84,22 +207,38 @@ def to_host(x):
 
 
 def call(op: str, handler, func, args, kwargs):
-    """Run ``handler(func, args, kwargs) -> (action, result)``, count it, trace it."""
-    counters = [0, 0]
-    token = _current.set(counters)
-    start = time.perf_counter()
+    """Run ``handler(func, args, kwargs) -> (action, result)``, count it, trace it.  Calls of
+    ``func`` count as ``own`` time where ``func`` is :func:`timed`; a CPU run inside the
+    handler (``fallback.run_on_cpu``) as ``substitute``; the rest as ``overhead``."""
+    c = Call()
+    token = _current.set(c)
+    start = _clock()
     action = "error"
     try:
         action, result = handler(func, args, kwargs)
         return result
     finally:
-        seconds = time.perf_counter() - start
+        wall = _clock() - start
         _current.reset(token)
-        record(op, action, seconds, counters[0], counters[1], args, kwargs)
+        _record(op, action, wall, c, args, kwargs)
 
 
-def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, args=(), kwargs=None) -> None:
-    """Count one handled call of ``op`` (and trace it when tracing is on)."""
+def _record(op: str, action: str, wall: float, c: Call, args, kwargs) -> None:
+    own_s, sub_s = c.own, c.sub
+    seconds = max(wall - c.nested, own_s + sub_s)
+    record(op, action, seconds, c.h2d, c.d2h, args, kwargs, own=own_s, substitute=sub_s, wall=wall)
+
+
+def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, args=(), kwargs=None, *,
+           own: float = 0.0, substitute: float = 0.0, wall: Optional[float] = None) -> None:
+    """Count one handled call of ``op`` (and trace it when tracing is on): ``seconds`` of
+    wall time, of which ``own`` and ``substitute`` seconds (the rest is overhead); bytes
+    ``h2d``/``d2h``.  Made inside another handled call, its ``wall`` seconds (default
+    ``seconds``) are left out of that call's."""
+    parent = _current.get()
+    if parent is not None:
+        parent.nested += seconds if wall is None else wall
+    overhead = max(seconds - own - substitute, 0.0)
     with _lock:
         stats = _stats.get(op)
         if stats is None:
@@ -107,6 +246,9 @@ def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, arg
         stats.calls += 1
         stats.actions[action] += 1
         stats.seconds += seconds
+        stats.own += own
+        stats.substitute += substitute
+        stats.overhead += overhead
         stats.h2d += h2d
         stats.d2h += d2h
         if d2h:                             # the shim's own work read the device
@@ -114,7 +256,9 @@ def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, arg
     sink = _sink
     if sink is not None:
         sink({"op": op, "action": action, "inputs": describe(args, kwargs),
-              "us": round(seconds * 1e6, 1), "h2d": h2d, "d2h": d2h})
+              "us": round(seconds * 1e6, 1), "us_own": round(own * 1e6, 1),
+              "us_substitute": round(substitute * 1e6, 1), "us_overhead": round(overhead * 1e6, 1),
+              "h2d": h2d, "d2h": d2h})
 
 
 def synced(op: str, nbytes: int) -> None:
@@ -157,8 +301,14 @@ def register_cache(name: str, sizer: Callable[[], "tuple[int, int]"]) -> None:
 # --------------------------------------------------------------------------- report
 
 class Report:
-    """Snapshot of the per-op stats.  ``str(report)`` is a table; ``rows`` and
-    ``caches`` hold the same numbers for programs (seconds, bytes)."""
+    """Snapshot of the per-op stats.  ``str(report)`` is a table; ``rows``, ``totals`` and
+    ``caches`` hold the same numbers for programs (seconds, bytes).
+
+    A row: ``op``, ``calls``, ``actions`` (``{action: calls}``), ``seconds`` (wall time
+    inside dmlshim for the op, less handled calls nested in it) and its parts ``own``,
+    ``substitute`` and ``overhead`` (seconds; module docstring), ``h2d``/``d2h`` (bytes).
+    ``totals``: the same sums over every row (``calls``, ``seconds``, ``own``,
+    ``substitute``, ``overhead``, ``h2d``, ``d2h``); each second is counted once."""
 
     def __init__(self, rows: List[dict], caches: Dict[str, dict], defects: Optional[dict] = None,
                  syncs: Optional[Dict[str, Dict[str, dict]]] = None):
@@ -168,8 +318,15 @@ class Report:
         # device-to-host reads: {"model": {op: {"reads", "bytes"}}, "dmlshim": {...}}
         self.syncs = syncs if syncs is not None else {"model": {}, "dmlshim": {}}
 
+    @property
+    def totals(self) -> dict:
+        """Sums over ``rows``: calls, seconds, own, substitute, overhead (seconds), h2d, d2h
+        (bytes)."""
+        return totals(self.rows)
+
     def to_dict(self) -> dict:
-        return {"ops": self.rows, "caches": self.caches, "defects": self.defects, "syncs": self.syncs}
+        return {"ops": self.rows, "totals": self.totals, "caches": self.caches, "defects": self.defects,
+                "syncs": self.syncs}
 
     def brief(self) -> "Report":
         """The same counts without the table of probed defects (the examples' default)."""
@@ -179,6 +336,8 @@ class Report:
         lines = table_lines(STAT_HEAD, [stat_cells(r) for r in self.rows])
         if not self.rows:
             lines.append("(no intercepted calls on the target device)")
+        else:
+            lines.append(total_line(self.totals))
         lines += sync_lines(self.syncs)
         lines += cache_lines(self.caches)
         if self.defects is not None:
@@ -188,14 +347,34 @@ class Report:
     __repr__ = __str__
 
 
-STAT_HEAD = ("op", "calls", "actions", "ms", "host->dev", "dev->host")
+PARTS = ("own", "substitute", "overhead")
+STAT_HEAD = ("op", "calls", "actions", "ms", "own", "substitute", "overhead", "host->dev", "dev->host")
+
+
+def totals(rows: List[dict]) -> dict:
+    """``calls``, ``seconds``, ``own``, ``substitute``, ``overhead`` (seconds), ``h2d`` and
+    ``d2h`` (bytes) summed over report rows (a row without the parts, from an older file,
+    adds its seconds to none of them)."""
+    out = {"calls": 0, "seconds": 0.0, "own": 0.0, "substitute": 0.0, "overhead": 0.0, "h2d": 0, "d2h": 0}
+    for r in rows:
+        for key in out:
+            out[key] += r.get(key, 0)
+    return out
 
 
 def stat_cells(row: dict) -> tuple:
-    """One report row (op, calls, actions, seconds, h2d, d2h) as the text cells
-    under ``STAT_HEAD``: ``(op, calls, actions, ms, h2d, d2h)``."""
+    """One report row as the text cells under ``STAT_HEAD``: ``(op, calls, actions, ms, own
+    ms, substitute ms, overhead ms, h2d, d2h)``."""
     return (row["op"], str(row["calls"]), " ".join(f"{k}={v}" for k, v in row["actions"].items()),
-            f"{row['seconds'] * 1e3:.2f}", human_bytes(row["h2d"]), human_bytes(row["d2h"]))
+            f"{row['seconds'] * 1e3:.2f}", *(f"{row.get(p, 0.0) * 1e3:.2f}" for p in PARTS),
+            human_bytes(row["h2d"]), human_bytes(row["d2h"]))
+
+
+def total_line(t: dict, indent: str = "") -> str:
+    """The totals (:func:`totals`) as one line: calls, ms, and each part's ms and share."""
+    seconds = t["seconds"]
+    parts = ", ".join(f"{p} {t[p] * 1e3:.2f} ({100 * t[p] / seconds if seconds else 0:.0f}%)" for p in PARTS)
+    return f"{indent}total: {t['calls']} calls, {seconds * 1e3:.2f} ms: {parts}"
 
 
 def defect_lines(detection: dict, indent: str = "") -> List[str]:
@@ -244,9 +423,11 @@ def human_bytes(n: int) -> str:
 
 
 def report() -> Report:
-    """Per-op rows (most time first): op, calls, actions, seconds, h2d/d2h bytes."""
+    """Per-op rows (most time first): op, calls, actions, seconds and its parts own,
+    substitute, overhead (seconds), h2d/d2h bytes; with their totals (:class:`Report`)."""
     with _lock:
         rows = [{"op": op, "calls": s.calls, "actions": dict(s.actions), "seconds": s.seconds,
+                 "own": s.own, "substitute": s.substitute, "overhead": s.overhead,
                  "h2d": s.h2d, "d2h": s.d2h} for op, s in _stats.items()]
         syncs = {"model": {}, "dmlshim": {}}
         for (who, op), (reads, size) in _syncs.items():
@@ -330,7 +511,8 @@ def tracing() -> bool:
 def _log_line(rec: dict) -> None:
     shapes = ", ".join(f"{_dtype_short(i['dtype'])}{i['shape']}@{i['device']}" for i in rec["inputs"])
     moved_ = f" h2d={rec['h2d']}B d2h={rec['d2h']}B" if rec["h2d"] or rec["d2h"] else ""
-    logger.info("%s %s [%s] %.1fus%s", rec["op"], rec["action"], shapes, rec["us"], moved_)
+    logger.info("%s %s [%s] %.1fus = own %.1f + substitute %.1f + overhead %.1fus%s", rec["op"], rec["action"],
+                shapes, rec["us"], rec["us_own"], rec["us_substitute"], rec["us_overhead"], moved_)
 
 
 _SHORT = {"float32": "f32", "float16": "f16", "float64": "f64", "bfloat16": "bf16", "bool": "b8",

@@ -376,26 +376,40 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     reaches a Python kernel as a Python number, which ``redispatch`` refuses, and
     ``x * True``'s fix must see a bool tensor.  A call with a tensor on ``backend`` (a
     dispatch key) then goes to ``fix``; the fixed call, and every other, is redispatched
-    below BackendSelect.  While ``aside()`` returns True every call passes through unfixed
+    below BackendSelect; in ``report()`` the redispatch of a fixed call is the op's ``own``
+    time, a fix's ``trace.substitute()`` regions its ``substitute``, the rest (the fix's
+    Python) its ``overhead``.  While ``aside()`` returns True every call passes through unfixed
     (``_select``'s fixes stand aside for probes and the shim's own work; the net fixes the
     shim's own device calls too, a ``cat`` under ``fallback.guard()``)."""
     name = op.name()
     numbers = fallback.numbers_converter(op)
     written = _written_back(op)
+    begin, end, clock = trace.begin, trace.end, time.perf_counter
     base = op._schema.name.split("::", 1)[1]
     told = base in after_hooks                # the few overloads with after-hooks
 
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
         if keyset.has(backend) and (aside is None or not aside()):
-            start = time.perf_counter()
-            fixed = fix(op, keyset, args, kwargs)
-            if fixed is not None:
-                done = isinstance(fixed, Done)
-                result = fixed.result if done else op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
-                if not done or fixed.record:
-                    trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
-            else:
+            call = begin()                    # the fix's trace.substitute() regions count here
+            recorded = None
+            try:
+                fixed = fix(op, keyset, args, kwargs)
+                if fixed is not None:
+                    done = isinstance(fixed, Done)
+                    if done:
+                        result = fixed.result
+                    else:                         # the original, fixed: the op's own time
+                        call.region = True
+                        nested, start = call.nested, clock()
+                        result = op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
+                        call.own += clock() - start - (call.nested - nested)
+                        call.region = False
+                    if not done or fixed.record:
+                        recorded = name
+            finally:
+                end(call, recorded, "coerce", args, kwargs)
+            if fixed is None:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
             for tell in after_hooks[base] if told else ():
                 tell(op, args, kwargs, result)
