@@ -2,34 +2,21 @@
 
 Every call that a dmlshim wrapper handles (i.e. that touches a tensor on the target
 device) is counted under its op name (the patched entry point, e.g. ``torch.cat`` or
-``Tensor.__mul__``) with the action taken:
+``Tensor.__mul__``) with the action taken: ``pass`` (the original ran on the device),
+``coerce`` (arguments fixed on the device), ``drop-empty`` (empty inputs dropped),
+``cpu`` (ran on the CPU, results came back; bytes counted), ``island`` (a dtype the
+device cannot hold stayed on the CPU: ``dmlshim.islands``), ``error`` (the call raised).
 
-``pass``        nothing needed; the original ran on the device
-``coerce``      arguments were fixed on the device (e.g. a bool mask cast to float)
-``drop-empty``  empty inputs were dropped on the device (no transfer)
-``cpu``         ran on the CPU and the results came back (bytes are counted)
-``island``      made or read a dtype the device cannot hold: ran on the CPU, results of
-                that dtype stayed there (``dmlshim.islands``), the others came back
-``error``       the call raised
-
-Each call's wall time (``seconds``) is split in three parts that sum to it:
-
-``own``         the op the model called, run on the device: the handler's call of the
-                original (an ``intercept`` handler's ``func``, a dispatcher kernel's
-                redispatch, :func:`own`)
-``substitute``  work dmlshim does instead of DirectML or besides it: CPU runs with their
-                copies (``cpu``, ``island``: ``fallback.run_on_cpu``) and device ops a fix
-                computes in place of the original, where the fix marks them
-                (:func:`substitute`)
-``overhead``    the rest: dmlshim's Python, its checks, host reads of ranges
-
-Regions nest once: a CPU run that calls the original on CPU tensors is substitute, not
-own; a handled call made inside another (a dispatcher kernel reached from a wrapper's
-original) is counted in its own row only, and left out of the outer call's ``seconds``.
+A call's seconds are split into ``own`` (the original op, run on the device: :func:`timed`,
+:func:`own`, a dispatcher kernel's redispatch), ``substitute`` (work done instead of
+DirectML or besides it: CPU runs with their copies, device ops a fix marks with
+:func:`substitute`) and ``overhead`` (the rest: Python, checks, host reads).  A region
+inside another counts once; a handled call nested in another counts in its own row only.
+Details: docs/configuration.md ("Tracing and report()"), docs/internals.md.
 
 Tracing (``DMLSHIM_TRACE``) adds one record per call: on logger ``dmlshim`` at INFO
 level, or as one JSON object per line in a file.  Records hold op, action, input
-shapes, dtypes and devices, microseconds (``us``, and its parts ``us_own``,
+shapes, dtypes and devices, microseconds (``us``; its parts ``us_own``,
 ``us_substitute``, ``us_overhead``) and bytes moved; never tensor values.
 """
 from __future__ import annotations
