@@ -62,7 +62,7 @@ _stats: Dict[str, OpStats] = {}
 # device-to-host reads, by whose code made them: ("model" | "dmlshim", op) -> [reads, bytes]
 _syncs: Dict[Tuple[str, str], List[int]] = {}
 _caches: Dict[str, Callable[[], "tuple[int, int]"]] = {}   # name -> () -> (tensors, bytes)
-_current: contextvars.ContextVar = contextvars.ContextVar("dmlshim_call", default=None)   # a Call
+_current: contextvars.ContextVar = contextvars.ContextVar("dmlshim_call", default=None)   # begin()'s list
 _sink: Optional[Callable[[dict], None]] = None
 _sink_close: Optional[Callable[[], None]] = None
 _own_handler: Optional[logging.Handler] = None
@@ -74,39 +74,41 @@ _atexit_registered = False
 _clock = time.perf_counter
 
 
-class Call:
-    """The counters of one handled call while it runs (``_current``): bytes moved, seconds
-    spent in its own and substitute regions, and in handled calls nested in it."""
-
-    __slots__ = ("h2d", "d2h", "own", "sub", "nested", "region", "start", "token")
-
-    def __init__(self):
-        self.h2d = self.d2h = 0
-        self.own = self.sub = self.nested = 0.0
-        self.region = False          # inside an own or substitute region: inner ones count in it
+# A handled call's counters while it runs (``_current``), a list for speed (a kernel of the
+# dispatcher makes one per call): bytes moved, seconds of its own and substitute regions and
+# of the handled calls nested in it, whether a region is open (inner ones then count in it),
+# and, from begin(), its start and context token.
+H2D, D2H, OWN, SUB, NESTED, REGION, START, TOKEN = range(8)
 
 
-def begin() -> Call:
+def begin() -> list:
     """Open a handled call: its counters become current until :func:`end`.  For kernels
-    that time themselves (``dispatcher.fix_kernel``); ``call`` does this around a handler."""
-    c = Call()
-    c.token = _current.set(c)
-    c.start = _clock()
+    that time themselves (``_select.pass_on``); ``call`` does this around a handler."""
+    c = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
+    c[TOKEN] = _current.set(c)
+    c[START] = _clock()
     return c
 
 
-def end(c: Call, op: Optional[str], action: str = "pass", args=(), kwargs=None) -> None:
+def end(c: list, op: Optional[str], action: str = "pass", args=(), kwargs=None) -> None:
     """Close ``c`` (from :func:`begin`) and count it under ``op`` and ``action``; ``op``
     None: not counted (a kernel that passed the call through), the handled calls nested in
     it then count as nested in the enclosing one."""
-    wall = _clock() - c.start
-    _current.reset(c.token)
+    wall = _clock() - c[START]
+    _current.reset(c[TOKEN])
     if op is None:
-        parent = _current.get()
-        if parent is not None:
-            parent.nested += c.nested
+        unrecorded(c)
         return
     _record(op, action, wall, c, args, kwargs)
+
+
+def unrecorded(c: list) -> None:
+    """``c``, no longer current, is not counted: its nested calls' time goes to the
+    enclosing call, if any."""
+    if c[NESTED]:
+        parent = _current.get()
+        if parent is not None:
+            parent[NESTED] += c[NESTED]
 
 
 class _Region:
@@ -121,22 +123,18 @@ class _Region:
 
     def __enter__(self):
         c = _current.get()
-        if c is None or c.region:
+        if c is None or c[REGION]:
             self.call = None
             return self
-        c.region = True
-        self.call, self.nested, self.start = c, c.nested, _clock()
+        c[REGION] = True
+        self.call, self.nested, self.start = c, c[NESTED], _clock()
         return self
 
     def __exit__(self, *exc):
         c = self.call
         if c is not None:
-            spent = _clock() - self.start - (c.nested - self.nested)
-            if self.substitute:
-                c.sub += spent
-            else:
-                c.own += spent
-            c.region = False
+            c[SUB if self.substitute else OWN] += _clock() - self.start - (c[NESTED] - self.nested)
+            c[REGION] = False
         return False
 
 
@@ -159,15 +157,15 @@ def timed(func: Callable) -> Callable:
     ``intercept`` handler gets as ``func``."""
     def timed_func(*args, **kwargs):
         c = _current.get()
-        if c is None or c.region:
+        if c is None or c[REGION]:
             return func(*args, **kwargs)
-        c.region = True
-        nested, start = c.nested, _clock()
+        c[REGION] = True
+        nested, start = c[NESTED], _clock()
         try:
             return func(*args, **kwargs)
         finally:
-            c.own += _clock() - start - (c.nested - nested)
-            c.region = False
+            c[OWN] += _clock() - start - (c[NESTED] - nested)
+            c[REGION] = False
     functools.update_wrapper(timed_func, func, functools.WRAPPER_ASSIGNMENTS + ("__objclass__",), ())
     return timed_func
 
@@ -176,8 +174,8 @@ def moved(h2d: int = 0, d2h: int = 0) -> None:
     """Add bytes copied host->device / device->host to the call being handled."""
     c = _current.get()
     if c is not None:
-        c.h2d += h2d
-        c.d2h += d2h
+        c[H2D] += h2d
+        c[D2H] += d2h
 
 
 def nbytes(t: torch.Tensor) -> int:
@@ -197,7 +195,7 @@ def call(op: str, handler, func, args, kwargs):
     """Run ``handler(func, args, kwargs) -> (action, result)``, count it, trace it.  Calls of
     ``func`` count as ``own`` time where ``func`` is :func:`timed`; a CPU run inside the
     handler (``fallback.run_on_cpu``) as ``substitute``; the rest as ``overhead``."""
-    c = Call()
+    c = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
     token = _current.set(c)
     start = _clock()
     action = "error"
@@ -210,10 +208,10 @@ def call(op: str, handler, func, args, kwargs):
         _record(op, action, wall, c, args, kwargs)
 
 
-def _record(op: str, action: str, wall: float, c: Call, args, kwargs) -> None:
-    own_s, sub_s = c.own, c.sub
-    seconds = max(wall - c.nested, own_s + sub_s)
-    record(op, action, seconds, c.h2d, c.d2h, args, kwargs, own=own_s, substitute=sub_s, wall=wall)
+def _record(op: str, action: str, wall: float, c: list, args, kwargs) -> None:
+    own_s, sub_s = c[OWN], c[SUB]
+    seconds = max(wall - c[NESTED], own_s + sub_s)
+    record(op, action, seconds, c[H2D], c[D2H], args, kwargs, own=own_s, substitute=sub_s, wall=wall)
 
 
 def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, args=(), kwargs=None, *,
@@ -224,7 +222,7 @@ def record(op: str, action: str, seconds: float, h2d: int = 0, d2h: int = 0, arg
     ``seconds``) are left out of that call's."""
     parent = _current.get()
     if parent is not None:
-        parent.nested += seconds if wall is None else wall
+        parent[NESTED] += seconds if wall is None else wall
     overhead = max(seconds - own - substitute, 0.0)
     with _lock:
         stats = _stats.get(op)

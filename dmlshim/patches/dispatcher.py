@@ -384,15 +384,20 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     name = op.name()
     numbers = fallback.numbers_converter(op)
     written = _written_back(op)
-    begin, end, clock = trace.begin, trace.end, time.perf_counter
+    current, clock, record, unrecorded = trace._current, time.perf_counter, trace._record, trace.unrecorded
+    REGION, NESTED, OWN = trace.REGION, trace.NESTED, trace.OWN
     base = op._schema.name.split("::", 1)[1]
     told = base in after_hooks                # the few overloads with after-hooks
 
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
         if keyset.has(backend) and (aside is None or not aside()):
-            call = begin()                    # the fix's trace.substitute() regions count here
-            recorded = None
+            # a handled call's counters (trace.begin's list), current while the fix runs: its
+            # trace.substitute() regions and nested rows count there
+            call = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
+            token = current.set(call)
+            start = clock()
+            recorded = False
             try:
                 fixed = fix(op, keyset, args, kwargs)
                 if fixed is not None:
@@ -400,15 +405,19 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
                     if done:
                         result = fixed.result
                     else:                         # the original, fixed: the op's own time
-                        call.region = True
-                        nested, start = call.nested, clock()
+                        call[REGION] = True
+                        nested, begun = call[NESTED], clock()
                         result = op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
-                        call.own += clock() - start - (call.nested - nested)
-                        call.region = False
-                    if not done or fixed.record:
-                        recorded = name
+                        call[OWN] += clock() - begun - (call[NESTED] - nested)
+                        call[REGION] = False
+                    recorded = not done or fixed.record
             finally:
-                end(call, recorded, "coerce", args, kwargs)
+                wall = clock() - start
+                current.reset(token)
+                if recorded:
+                    record(name, "coerce", wall, call, args, kwargs)
+                elif call[NESTED]:
+                    unrecorded(call)
             if fixed is None:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
             for tell in after_hooks[base] if told else ():
