@@ -93,7 +93,7 @@ def main():
         reference = cpu_model.generate(audio, hotword=hotword)
         same = [r["text"] for r in result] == [r["text"] for r in reference] and \
             [r.get("timestamp") for r in result] == [r.get("timestamp") for r in reference]
-        totals = timing.shim_totals(wall, report.rows)
+        totals = timing.shim_totals(wall, report.rows, report.passed)
         note = (f"shim {100 * totals['shim_share']:.0f}% of {wall:.2f} s ({timing.split_note(totals)}), "
                 f"{(totals['bytes_h2d'] + totals['bytes_d2h']) / 2**20:.2f} MiB moved, "
                 f"{'identical' if same else 'DIFFERENT'}")

@@ -99,7 +99,7 @@ def main():
     # CPU's (upsample_bilinear, failure_modes.md #21), so exact equality cannot hold there
     figures = parity.compare(out.cpu(), reference, "device")
     same, within = torch.equal(out.cpu(), reference), figures.ok
-    ops, totals = report.rows, timing.shim_totals(wall, report.rows)
+    ops, totals = report.rows, timing.shim_totals(wall, report.rows, report.passed)
     added = timings["emulated+shim"].median_s - timings["emulated"].median_s
     note = (f"shim {100 * totals['shim_share']:.1f}% of {wall:.2f} s (traced; {timing.split_note(totals)}), "
             f"{(totals['bytes_h2d'] + totals['bytes_d2h']) / 2**20:.2f} MiB moved, "

@@ -21,8 +21,8 @@ with ``dmlshim.activate()``, then in the steady state:
 * **dmlshim's overhead µs per device op (trace)**: ``report().totals["overhead"]`` of the
   counted run ÷ device ops: dmlshim's Python, checks and host reads inside the calls it
   handled, without the ops' own device work and the work it does instead of DirectML
-  (``substitute``, shown beside it: CPU islands, ops recomputed on the device).  Python
-  kernels that pass a call through unrecorded are not in it.
+  (``substitute``, shown beside it: CPU islands, ops recomputed on the device), with the
+  dispatcher Python kernels that passed calls through (``report().passed``).
 
 With ``--device directml`` (under ``python -m dmlshim realdml run --``, docs/realdml.md) the
 same models run on the real torch-directml 0.2.5 binary, and the baseline is the same model

@@ -63,7 +63,7 @@ def traced(fn):
     return wall_s, dmlshim.report(), result
 
 
-def shim_totals(wall_s, rows):
+def shim_totals(wall_s, rows, passed=None):
     """JSON ``extra`` totals of one traced run: ``rows`` from ``dmlshim.report().rows``.
 
     ``shim_seconds`` is the time inside shim wrappers (including the CPU work of
@@ -72,13 +72,17 @@ def shim_totals(wall_s, rows):
     device work), ``substitute_seconds`` (CPU islands and copies, ops recomputed on the
     device) and ``overhead_seconds`` (dmlshim's Python, checks, host reads), each with its
     ``*_share`` of ``wall_s`` (issue 38: overhead at most 5% of the device run); bytes
-    copied host->device and device->host; intercepted calls.
+    copied host->device and device->host; intercepted calls.  ``passed``:
+    ``report().passed``, the Python kernels' passed-through calls, whose time is overhead
+    in no row (``passed_seconds``, in ``shim_seconds`` and ``overhead_seconds`` too).
     """
-    shim_s = sum(r["seconds"] for r in rows)
+    passed_s = sum(p["seconds"] for p in (passed or {}).values())
+    shim_s = sum(r["seconds"] for r in rows) + passed_s
     parts = {p: sum(r.get(p, 0.0) for r in rows) for p in ("own", "substitute", "overhead")}
+    parts["overhead"] += passed_s
     return {"traced_wall_s": wall_s, "shim_seconds": shim_s, "shim_share": shim_s / wall_s,
             **{f"{p}_seconds": s for p, s in parts.items()},
-            **{f"{p}_share": s / wall_s for p, s in parts.items()},
+            **{f"{p}_share": s / wall_s for p, s in parts.items()}, "passed_seconds": passed_s,
             "bytes_h2d": sum(r["h2d"] for r in rows), "bytes_d2h": sum(r["d2h"] for r in rows),
             "intercepted_calls": sum(r["calls"] for r in rows)}
 

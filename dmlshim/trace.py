@@ -90,25 +90,44 @@ def begin() -> list:
     return c
 
 
-def end(c: list, op: Optional[str], action: str = "pass", args=(), kwargs=None) -> None:
+def end(c: list, op: Optional[str], action: str = "pass", args=(), kwargs=None, *,
+        passed: Optional[list] = None) -> None:
     """Close ``c`` (from :func:`begin`) and count it under ``op`` and ``action``; ``op``
-    None: not counted (a kernel that passed the call through), the handled calls nested in
-    it then count as nested in the enclosing one."""
+    None: no row (a kernel that passed the call through): see :func:`unrecorded`."""
     wall = _clock() - c[START]
     _current.reset(c[TOKEN])
     if op is None:
-        unrecorded(c)
+        unrecorded(c, wall, passed)
         return
     _record(op, action, wall, c, args, kwargs)
 
 
-def unrecorded(c: list) -> None:
-    """``c``, no longer current, is not counted: its nested calls' time goes to the
-    enclosing call, if any."""
-    if c[NESTED]:
-        parent = _current.get()
-        if parent is not None:
-            parent[NESTED] += c[NESTED]
+def unrecorded(c: list, wall: float, passed: Optional[list] = None) -> None:
+    """``c``, no longer current, of ``wall`` seconds, gets no row: a Python kernel that looked
+    at a device call and passed it through, or whose fix recorded its own row.  Its own
+    checks (``wall`` less its nested rows and regions) are overhead counted in ``passed``
+    (:func:`passed_counter`); the enclosing call leaves both out of its seconds (its
+    regions' time stays in the enclosing call's)."""
+    regions = c[OWN] + c[SUB]
+    if passed is not None:
+        passed[0] += 1
+        passed[1] += max(wall - c[NESTED] - regions, 0.0)
+    parent = _current.get()
+    if parent is not None:
+        parent[NESTED] += wall - regions if passed is not None else c[NESTED]
+
+
+# op -> [calls, seconds]: dmlshim's Python kernels that looked at a device call and passed it
+# through (or left the row to the call they made), their own time, which is overhead in no
+# row; the kernels add to their lists without the lock (reset() zeroes them in place).
+_passed: Dict[str, list] = {}
+
+
+def passed_counter(op: str) -> list:
+    """The ``[calls, seconds]`` a Python kernel of ``op`` adds its passed-through calls to
+    (:func:`unrecorded`); ``report().passed`` shows them."""
+    with _lock:
+        return _passed.setdefault(op, [0, 0.0])
 
 
 class _Region:
@@ -292,12 +311,14 @@ class Report:
     A row: ``op``, ``calls``, ``actions`` (``{action: calls}``), ``seconds`` (wall time
     inside dmlshim for the op, less handled calls nested in it) and its parts ``own``,
     ``substitute`` and ``overhead`` (seconds; module docstring), ``h2d``/``d2h`` (bytes).
-    ``totals``: the same sums over every row (``calls``, ``seconds``, ``own``,
-    ``substitute``, ``overhead``, ``h2d``, ``d2h``); each second is counted once."""
+    ``passed``: ``{op: {"calls", "seconds"}}``, dmlshim's Python kernels that looked at a
+    device call and passed it through (no row): their time is overhead too.  ``totals``:
+    :func:`totals` of both; each second is counted once."""
 
     def __init__(self, rows: List[dict], caches: Dict[str, dict], defects: Optional[dict] = None,
-                 syncs: Optional[Dict[str, Dict[str, dict]]] = None):
+                 syncs: Optional[Dict[str, Dict[str, dict]]] = None, passed: Optional[Dict[str, dict]] = None):
         self.rows = rows
+        self.passed = passed or {}
         self.caches = caches
         self.defects = defects            # dmlshim.probing.Detection.to_dict() of activate()
         # device-to-host reads: {"model": {op: {"reads", "bytes"}}, "dmlshim": {...}}
@@ -307,21 +328,21 @@ class Report:
     def totals(self) -> dict:
         """Sums over ``rows``: calls, seconds, own, substitute, overhead (seconds), h2d, d2h
         (bytes)."""
-        return totals(self.rows)
+        return totals(self.rows, self.passed)
 
     def to_dict(self) -> dict:
-        return {"ops": self.rows, "totals": self.totals, "caches": self.caches, "defects": self.defects,
-                "syncs": self.syncs}
+        return {"ops": self.rows, "totals": self.totals, "passed": self.passed, "caches": self.caches,
+                "defects": self.defects, "syncs": self.syncs}
 
     def brief(self) -> "Report":
         """The same counts without the table of probed defects (the examples' default)."""
-        return Report(self.rows, self.caches, None, self.syncs)
+        return Report(self.rows, self.caches, None, self.syncs, self.passed)
 
     def __str__(self) -> str:
         lines = table_lines(STAT_HEAD, [stat_cells(r) for r in self.rows])
         if not self.rows:
             lines.append("(no intercepted calls on the target device)")
-        else:
+        if self.rows or self.passed:
             lines.append(total_line(self.totals))
         lines += sync_lines(self.syncs)
         lines += cache_lines(self.caches)
@@ -336,14 +357,20 @@ PARTS = ("own", "substitute", "overhead")
 STAT_HEAD = ("op", "calls", "actions", "ms", "own", "substitute", "overhead", "host->dev", "dev->host")
 
 
-def totals(rows: List[dict]) -> dict:
+def totals(rows: List[dict], passed: Optional[Dict[str, dict]] = None) -> dict:
     """``calls``, ``seconds``, ``own``, ``substitute``, ``overhead`` (seconds), ``h2d`` and
     ``d2h`` (bytes) summed over report rows (a row without the parts, from an older file,
-    adds its seconds to none of them)."""
+    adds its seconds to none of them); ``passed_calls`` and ``passed_seconds``, the
+    kernels that passed device calls through (``Report.passed``), whose seconds are in
+    ``seconds`` and ``overhead`` too."""
     out = {"calls": 0, "seconds": 0.0, "own": 0.0, "substitute": 0.0, "overhead": 0.0, "h2d": 0, "d2h": 0}
     for r in rows:
         for key in out:
             out[key] += r.get(key, 0)
+    out["passed_calls"] = sum(p["calls"] for p in (passed or {}).values())
+    out["passed_seconds"] = sum(p["seconds"] for p in (passed or {}).values())
+    out["seconds"] += out["passed_seconds"]
+    out["overhead"] += out["passed_seconds"]
     return out
 
 
@@ -359,7 +386,9 @@ def total_line(t: dict, indent: str = "") -> str:
     """The totals (:func:`totals`) as one line: calls, ms, and each part's ms and share."""
     seconds = t["seconds"]
     parts = ", ".join(f"{p} {t[p] * 1e3:.2f} ({100 * t[p] / seconds if seconds else 0:.0f}%)" for p in PARTS)
-    return f"{indent}total: {t['calls']} calls, {seconds * 1e3:.2f} ms: {parts}"
+    passed = (f"; of the overhead, {t['passed_seconds'] * 1e3:.2f} ms in {t['passed_calls']} device calls "
+              "dmlshim's Python kernels passed through" if t.get("passed_calls") else "")
+    return f"{indent}total: {t['calls']} calls, {seconds * 1e3:.2f} ms: {parts}{passed}"
 
 
 def defect_lines(detection: dict, indent: str = "") -> List[str]:
@@ -417,13 +446,14 @@ def report() -> Report:
         syncs = {"model": {}, "dmlshim": {}}
         for (who, op), (reads, size) in _syncs.items():
             syncs[who][op] = {"reads": reads, "bytes": size}
+        passed = {op: {"calls": n, "seconds": s} for op, (n, s) in _passed.items() if n}
     rows.sort(key=lambda r: r["seconds"], reverse=True)
     caches = {}
     for name, sizer in list(_caches.items()):
         tensors, size = sizer()
         caches[name] = {"tensors": tensors, "bytes": size}
     detection = last_detection()
-    return Report(rows, caches, None if detection is None else detection.to_dict(), syncs)
+    return Report(rows, caches, None if detection is None else detection.to_dict(), syncs, passed)
 
 
 # () -> the last probing.Detection or None; dmlshim.probing installs its own on import
@@ -436,6 +466,8 @@ def reset() -> None:
     with _lock:
         _stats.clear()
         _syncs.clear()
+        for counter in _passed.values():
+            counter[0], counter[1] = 0, 0.0
 
 
 # --------------------------------------------------------------------------- tracing

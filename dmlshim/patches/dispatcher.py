@@ -386,6 +386,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     written = _written_back(op)
     current, clock, record, unrecorded = trace._current, time.perf_counter, trace._record, trace.unrecorded
     REGION, NESTED, OWN = trace.REGION, trace.NESTED, trace.OWN
+    passed = trace.passed_counter(name)       # its calls that get no row: overhead
     base = op._schema.name.split("::", 1)[1]
     told = base in after_hooks                # the few overloads with after-hooks
 
@@ -416,8 +417,8 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
                 current.reset(token)
                 if recorded:
                     record(name, "coerce", wall, call, args, kwargs)
-                elif call[NESTED]:
-                    unrecorded(call)
+                else:
+                    unrecorded(call, wall, passed)
             if fixed is None:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
             for tell in after_hooks[base] if told else ():
