@@ -101,10 +101,11 @@ def main():
         top = sorted(report.rows, key=lambda r: r["seconds"], reverse=True)[:8]
         extra["cases"][case] = {
             "audio_s": len(audio) / 16000, "hotwords": hotword, "identical_to_cpu": same,
-            **totals, "top_ops": top}
+            **totals, "top_ops": top, "passed": timing.top_passed(report.passed)}
         print(f"{case}: {note}; top ops: "
               + ", ".join(f"{r['op']} {r['calls']}x {r['seconds'] * 1e3:.1f} ms (overhead "
-                          f"{r['overhead'] * 1e3:.1f})" for r in top[:4]),
+                          f"{r['overhead'] * 1e3:.1f})" for r in top[:4])
+              + "; passed through: " + timing.passed_text(report.passed),
               flush=True)
     timing.finish(args, "funasr", all_rows, extra)
     if not all(c["identical_to_cpu"] for c in extra["cases"].values()):

@@ -109,11 +109,13 @@ def main():
     rows = timing.rows(case, timings, baseline="cpu", note=note)
     extra = {"model": "GFPGANv1Clean", "out_size": size, "parameters": params, "threads": args.threads,
              "identical_to_cpu": same, "within_device_profile": within, "max_abs": figures.max_abs, **totals, "shim_added_median_s": added,
-             "shim_added_share": added / timings["emulated+shim"].median_s, "ops": ops}
+             "shim_added_share": added / timings["emulated+shim"].median_s, "ops": ops,
+             "passed": timing.top_passed(report.passed)}
     print(f"{case}: {note}; emulated+shim - emulated = {added * 1e3:+.1f} ms "
           f"({100 * extra['shim_added_share']:+.1f}% of emulated+shim median); ops: "
           + ", ".join(f"{r['op']} {r['calls']}x {r['seconds'] * 1e3:.1f} ms (overhead "
-                      f"{r['overhead'] * 1e3:.1f})" for r in ops[:4]),
+                      f"{r['overhead'] * 1e3:.1f})" for r in ops[:4])
+          + "; passed through: " + timing.passed_text(report.passed),
           flush=True)
     timing.finish(args, "gfpgan", rows, extra)
     if not within:
