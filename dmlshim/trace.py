@@ -103,11 +103,12 @@ def end(c: list, op: Optional[str], action: str = "pass", args=(), kwargs=None, 
 
 
 def unrecorded(c: list, wall: float, passed: Optional[list] = None) -> None:
-    """``c``, no longer current, of ``wall`` seconds, gets no row: a Python kernel that looked
-    at a device call and passed it through, or whose fix recorded its own row.  Its own
-    checks (``wall`` less its nested rows and regions) are overhead counted in ``passed``
-    (:func:`passed_counter`); the enclosing call leaves both out of its seconds (its
-    regions' time stays in the enclosing call's)."""
+    """``c``, no longer current, of ``wall`` seconds, gets no row.  With ``passed`` (a
+    Python kernel that looked at a device call and passed it through): its checks (``wall``
+    less its nested rows and regions) are overhead counted there (:func:`passed_counter`),
+    and the enclosing call leaves them out of its seconds.  Without (a kernel whose fix
+    computed the call but records no row: ``refused``'s retry, ``inference_mode``'s): its
+    time stays in the enclosing call's, less its nested rows."""
     regions = c[OWN] + c[SUB]
     if passed is not None:
         passed[0] += 1
@@ -118,8 +119,8 @@ def unrecorded(c: list, wall: float, passed: Optional[list] = None) -> None:
 
 
 # op -> [calls, seconds]: dmlshim's Python kernels that looked at a device call and passed it
-# through (or left the row to the call they made), their own time, which is overhead in no
-# row; the kernels add to their lists without the lock (reset() zeroes them in place).
+# through, their own time, which is overhead in no row; the kernels add to their lists
+# without the lock (reset() zeroes them in place).
 _passed: Dict[str, list] = {}
 
 

@@ -398,7 +398,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
             call = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
             token = current.set(call)
             start = clock()
-            recorded = False
+            recorded, fixed = False, None
             try:
                 fixed = fix(op, keyset, args, kwargs)
                 if fixed is not None:
@@ -417,8 +417,8 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
                 current.reset(token)
                 if recorded:
                     record(name, "coerce", wall, call, args, kwargs)
-                else:
-                    unrecorded(call, wall, passed)
+                else:           # passed through: overhead; Done(record=False): the enclosing call's
+                    unrecorded(call, wall, passed if fixed is None else None)
             if fixed is None:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
             for tell in after_hooks[base] if told else ():
