@@ -104,11 +104,12 @@ def end(c: list, op: Optional[str], action: str = "pass", args=(), kwargs=None, 
 
 def unrecorded(c: list, wall: float, passed: Optional[list] = None) -> None:
     """``c``, no longer current, of ``wall`` seconds, gets no row.  With ``passed`` (a
-    Python kernel that looked at a device call and passed it through): its checks (``wall``
-    less its nested rows and regions) are overhead counted there (:func:`passed_counter`),
-    and the enclosing call leaves them out of its seconds.  Without (a kernel whose fix
-    computed the call but records no row: ``refused``'s retry, ``inference_mode``'s): its
-    time stays in the enclosing call's, less its nested rows."""
+    Python kernel that looked at a device call and passed it through, or ran it without a
+    row: ``refused``'s retry, ``int_range``'s bookkeeping; its call of the op marked
+    :func:`own`): its checks (``wall`` less its nested rows and regions) are overhead
+    counted there (:func:`passed_counter`), which the enclosing call leaves out of its
+    seconds; its regions' time stays in the enclosing call's.  Without: only its nested
+    rows are left out."""
     regions = c[OWN] + c[SUB]
     if passed is not None:
         passed[0] += 1
@@ -118,8 +119,8 @@ def unrecorded(c: list, wall: float, passed: Optional[list] = None) -> None:
         parent[NESTED] += wall - regions if passed is not None else c[NESTED]
 
 
-# op -> [calls, seconds]: dmlshim's Python kernels that looked at a device call and passed it
-# through, their own time, which is overhead in no row; the kernels add to their lists
+# op -> [calls, seconds]: dmlshim's Python kernels that looked at a device call and made no
+# row, their checks' time, which is overhead in no row; the kernels add to their lists
 # without the lock (reset() zeroes them in place).
 _passed: Dict[str, list] = {}
 

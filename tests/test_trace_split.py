@@ -227,3 +227,25 @@ def test_a_python_kernel_that_passes_a_call_through_is_overhead_in_no_row(dml_de
     assert "passed through" in str(report) and report.to_dict()["passed"] == report.passed
     trace.reset()
     assert dmlshim.report().passed == {}
+
+
+def test_a_kernel_without_a_row_counts_its_checks_as_passed_and_leaves_its_own_time_outside():
+    """A kernel that ran the op without a row (refused's retry): its checks are overhead in
+    ``passed``, out of the enclosing call's time; its marked call of the op stays in the
+    enclosing call's region."""
+    checks = 0.2
+    counter = trace.passed_counter("test::kernel")
+    outer = trace.begin()
+    with trace.own():                          # the enclosing call's original ...
+        inner = trace.begin()                  # ... reaches a kernel
+        time.sleep(checks)                     # its checks
+        with trace.own():
+            time.sleep(SLOW)                   # the op, run as it is
+        trace.end(inner, None, passed=counter)
+    trace.end(outer, "test.outer", "pass")
+    passed = dmlshim.report().passed["test::kernel"]
+    row = _rows()["test.outer"]
+    _assert_parts(row)
+    assert passed["calls"] == 1 and passed["seconds"] >= 0.9 * checks
+    assert row["own"] >= 0.9 * SLOW and row["own"] < SLOW + checks / 2     # the checks left out
+    assert dmlshim.report().totals["seconds"] == pytest.approx(row["seconds"] + passed["seconds"])

@@ -417,8 +417,8 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
                 current.reset(token)
                 if recorded:
                     record(name, "coerce", wall, call, args, kwargs)
-                else:           # passed through: overhead; Done(record=False): the enclosing call's
-                    unrecorded(call, wall, passed if fixed is None else None)
+                else:           # passed through, or computed without a row: its checks are overhead
+                    unrecorded(call, wall, passed)
             if fixed is None:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
             for tell in after_hooks[base] if told else ():
