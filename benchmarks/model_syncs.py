@@ -13,12 +13,16 @@ with ``dmlshim.activate()``, then in the steady state:
 * **syncs**: device-to-host reads, the model's own code's and dmlshim's
   (``report().syncs``), with dmlshim's ops;
 * **bytes moved**: what dmlshim copied host-to-device / device-to-host (``report()`` rows);
-* **added µs per device op**: the trace cannot yet split dmlshim's own time from the work it
-  does instead of DirectML, so: (median time with ``activate()`` on the emulated device as
+* **added µs per device op**: (median time with ``activate()`` on the emulated device as
   DirectML is − median time without dmlshim on an emulated device with none of DirectML's
   defects, ``emulation.configured(rules=[], has_float64_support=True)``) ÷ device ops.  It
   holds dmlshim's Python, the fixes' work (CPU islands included) and the emulator's rule
-  checks, on this machine's CPU: an upper bound of what dmlshim adds, not a GPU figure.
+  checks, on this machine's CPU: an upper bound of what dmlshim adds, not a GPU figure;
+* **dmlshim's overhead µs per device op (trace)**: ``report().totals["overhead"]`` of the
+  counted run ÷ device ops: dmlshim's Python, checks and host reads inside the calls it
+  handled, without the ops' own device work and the work it does instead of DirectML
+  (``substitute``, shown beside it: CPU islands, ops recomputed on the device), with the
+  dispatcher Python kernels that passed calls through (``report().passed``).
 
 With ``--device directml`` (under ``python -m dmlshim realdml run --``, docs/realdml.md) the
 same models run on the real torch-directml 0.2.5 binary, and the baseline is the same model
@@ -55,7 +59,8 @@ import timing  # noqa: E402
 import zoo  # noqa: E402
 
 HEADER = ("model", "device ops", "CPU ops", "syncs: the model's", "syncs: dmlshim's",
-          "bytes moved by dmlshim (h2d / d2h)", "added µs per device op")
+          "bytes moved by dmlshim (h2d / d2h)", "added µs per device op",
+          "dmlshim's overhead µs per device op (trace)")
 RAW = "raw seconds: "        # the child's answer (--raw)
 
 
@@ -153,12 +158,16 @@ def measure(name, setup, device, repeat, baseline):
                                                                key=lambda x: -x[1]["reads"]))
     added = (f"{(shim - base) / counter.count * 1e6:.1f} ({shim:.2f} s − {base:.2f} s, {shim / base:.2f}x"
              + (f"; {note})" if note else ")") if base is not None else f"{note}; {shim:.2f} s with dmlshim")
+    totals = report.totals
+    overhead = (f"{totals['overhead'] / counter.count * 1e6:.1f} (substitute "
+                f"{totals['substitute'] / counter.count * 1e6:.1f})") if counter.count else ""
     return {"model": name, "device ops": counter.count, "CPU ops": cpu_ops,
             "syncs: the model's": syncs["model"],
             "syncs: dmlshim's": f"{syncs['dmlshim']}" + (f" ({ops})" if ops else ""),
             "bytes moved by dmlshim (h2d / d2h)": f"{timing_bytes(sum(r['h2d'] for r in rows))} / "
                                                   f"{timing_bytes(sum(r['d2h'] for r in rows))}",
-            "added µs per device op": added}
+            "added µs per device op": added,
+            "dmlshim's overhead µs per device op (trace)": overhead}
 
 
 def acted(report):

@@ -63,17 +63,46 @@ def traced(fn):
     return wall_s, dmlshim.report(), result
 
 
-def shim_totals(wall_s, rows):
+def shim_totals(wall_s, rows, passed=None):
     """JSON ``extra`` totals of one traced run: ``rows`` from ``dmlshim.report().rows``.
 
     ``shim_seconds`` is the time inside shim wrappers (including the CPU work of
     what they send to the CPU and the copies), ``shim_share`` its fraction of
-    ``wall_s``; bytes copied host->device and device->host; intercepted calls.
+    ``wall_s``; its parts (``dmlshim.trace``) ``own_seconds`` (the intercepted ops' own
+    device work), ``substitute_seconds`` (CPU islands and copies, ops recomputed on the
+    device) and ``overhead_seconds`` (dmlshim's Python, checks, host reads), each with its
+    ``*_share`` of ``wall_s`` (issue 38: overhead at most 5% of the device run); bytes
+    copied host->device and device->host; intercepted calls.  ``passed``:
+    ``report().passed``, the Python kernels' passed-through calls, whose time is overhead
+    in no row (``passed_seconds``, in ``shim_seconds`` and ``overhead_seconds`` too).
     """
-    shim_s = sum(r["seconds"] for r in rows)
+    passed_s = sum(p["seconds"] for p in (passed or {}).values())
+    shim_s = sum(r["seconds"] for r in rows) + passed_s
+    parts = {p: sum(r.get(p, 0.0) for r in rows) for p in ("own", "substitute", "overhead")}
+    parts["overhead"] += passed_s
     return {"traced_wall_s": wall_s, "shim_seconds": shim_s, "shim_share": shim_s / wall_s,
+            **{f"{p}_seconds": s for p, s in parts.items()},
+            **{f"{p}_share": s / wall_s for p, s in parts.items()}, "passed_seconds": passed_s,
             "bytes_h2d": sum(r["h2d"] for r in rows), "bytes_d2h": sum(r["d2h"] for r in rows),
             "intercepted_calls": sum(r["calls"] for r in rows)}
+
+
+def top_passed(passed, n=8):
+    """The ``n`` ops of ``report().passed`` (Python kernels that passed device calls through:
+    overhead in no row) with the most seconds, as ``{op: {"calls", "seconds"}}``."""
+    return dict(sorted(passed.items(), key=lambda item: -item[1]["seconds"])[:n])
+
+
+def passed_text(passed, n=4):
+    """:func:`top_passed` as text: ``aten::mul 120x 1.2 ms, ...``, or ``none``."""
+    return ", ".join(f"{op} {p['calls']}x {p['seconds'] * 1e3:.1f} ms"
+                     for op, p in top_passed(passed, n).items()) or "none"
+
+
+def split_note(totals):
+    """``overhead X%, substitute Y%`` of a traced run's wall time, from :func:`shim_totals`."""
+    return (f"overhead {100 * totals['overhead_share']:.1f}%, "
+            f"substitute {100 * totals['substitute_share']:.1f}%")
 
 
 def rows(case, timings, baseline=None, note=""):

@@ -194,7 +194,8 @@ def _handled(rows: List[dict], failures: Dict[str, Any]) -> List[dict]:
             continue
         f = failures.get(r["op"])
         out.append({"op": r["op"], "calls": r["calls"], "actions": acted,
-                    "seconds": r["seconds"], "h2d": r["h2d"], "d2h": r["d2h"],
+                    "seconds": r["seconds"], "own": r["own"], "substitute": r["substitute"],
+                    "overhead": r["overhead"], "h2d": r["h2d"], "d2h": r["d2h"],
                     "reason": f.error if f is not None else ""})
     return out
 

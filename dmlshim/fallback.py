@@ -127,7 +127,8 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
 
     ``stay(result)`` True keeps that CPU result on the CPU (``dmlshim.islands``: a
     dtype the device cannot hold, or a view of a CPU island).  Bytes copied are added
-    to the current call's stats (``trace.moved``).
+    to the current call's stats (``trace.moved``); its time, copies included, is the
+    call's ``substitute`` (``trace.substitute``).
 
     Raises:
         RuntimeError: the op returned a view of a CPU copy (see module docstring).
@@ -158,7 +159,7 @@ def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op
             hit = copies[id(x)] = (x, cpu, cpu._version)
         return hit[1]
 
-    with guard():
+    with guard(), trace.substitute():       # the CPU run and its copies: substitute work
         cpu_args = tree_map(to_cpu, args)
         cpu_kwargs = tree_map(to_cpu, kwargs)
         out = func(*cpu_args, **cpu_kwargs)

@@ -437,7 +437,7 @@ def _model_figure(d, cases=None):
     same = all(c["identical_to_cpu"] for c in extra["cases"].values()) if "cases" in extra \
         else extra["identical_to_cpu"]
     return "; ".join(f"{case}: {_ratio(rows[case, 'emulated+shim']['ratio'])}" for case in cases or _cases(d)) \
-        + "; " + _output_figure(same, extra)
+        + "; " + _output_figure(same, extra) + _split_figure(extra, cases)
 
 
 def _output_figure(same, extra):
@@ -448,6 +448,16 @@ def _output_figure(same, extra):
     if extra.get("within_device_profile"):
         return f"output within the `device` profile of the CPU's (max abs {extra['max_abs']:.2g})"
     return "OUTPUT DIFFERS from the CPU's"
+
+
+def _split_figure(extra, cases=None):
+    """The traced pass's dmlshim overhead and substitute work as shares of the device run's
+    wall time (benchmarks/timing.py ``shim_totals``), or "" for a file from before the split."""
+    traced = [extra["cases"][c] for c in cases or extra["cases"]] if "cases" in extra else [extra]
+    if not traced or any("overhead_share" not in t for t in traced):
+        return ""
+    pct = lambda key: _span([t[key] for t in traced], lambda x: f"{100 * x:.1f}%")  # noqa: E731
+    return f"; dmlshim's overhead {pct('overhead_share')}, substitute work {pct('substitute_share')} of the device run"
 
 
 def _model_cpu_figure(d):

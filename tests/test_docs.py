@@ -110,3 +110,18 @@ def test_a_filtered_table_keeps_the_matching_rows_and_names_its_run():
     rows = [line for line in table.splitlines() if line.startswith("| cpu")]
     assert rows and all(row.startswith("| cpu: a * b |") for row in rows)
     assert table.startswith("`latest-torch2.13.0.json`: ") and "torch 2.13.0" in table and "cores" in table
+
+
+def test_the_model_figures_show_the_trace_split_where_a_file_has_it():
+    """funasr_bench/gfpgan_bench files from before the trace split (no ``overhead_share``)
+    render as before; newer ones add dmlshim's overhead and substitute shares."""
+    gen = _gen_tables()
+    rows = [{"case": "forward 512x512", "variant": "emulated+shim", "ratio": 1.5, "median_s": 1, "min_s": 1}]
+    old = {"rows": rows, "extra": {"identical_to_cpu": True}}
+    assert gen._model_figure(old) == "forward 512x512: 1.50x; output identical to the CPU's"
+    new = {"rows": rows, "extra": {"identical_to_cpu": True, "overhead_share": 0.012, "substitute_share": 0.3}}
+    assert gen._model_figure(new).endswith("; dmlshim's overhead 1.2%, substitute work 30.0% of the device run")
+    cases = {"rows": [dict(rows[0], case="5s"), dict(rows[0], case="11s")],
+             "extra": {"cases": {"5s": {"identical_to_cpu": True, "overhead_share": 0.01, "substitute_share": 0.2},
+                                 "11s": {"identical_to_cpu": True, "overhead_share": 0.02, "substitute_share": 0.2}}}}
+    assert "overhead 1.0% to 2.0%, substitute work 20.0% of" in gen._model_figure(cases, ("5s", "11s"))

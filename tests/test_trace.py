@@ -80,7 +80,8 @@ def test_report_rows_and_table(dml_device):
     assert lstm_row["d2h"] > 0 and lstm_row["h2d"] == (2 * 4 + 4 + 4) * 4
     assert lstm_row["seconds"] > 0
     table = str(report)
-    assert table.splitlines()[0].split() == ["op", "calls", "actions", "ms", "host->dev", "dev->host"]
+    assert table.splitlines()[0].split() == ["op", "calls", "actions", "ms", "own", "substitute", "overhead",
+                                             "host->dev", "dev->host"]
     assert "aten::lstm.input" in table and re.search(r"cache rnn CPU weights: \d+ tensors", table)
     assert json.dumps(report.to_dict())
 

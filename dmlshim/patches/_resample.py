@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .. import fallback
+from .. import fallback, trace
 from . import _opmath, _select
 from .dispatcher import Done
 
@@ -142,14 +142,15 @@ def _fix(kind, backward):
             return None                               # the device's own kernel, or its error
         tables = tuple(table(tensor.device, kind, input_size[i + 2], output_size[i], align_corners,
                              scales[i]) for i in (0, 1))
-        if kind == "nearest" and not backward:
-            result = upsample2d(tensor, tables)              # a gather: no arithmetic
-        else:
-            # weights and sums in opmath (float32 for float16), rounded once, as ATen's kernels
-            wide = _opmath.wide(tensor)
-            result = (upsample2d_backward(wide, input_size, tables) if backward
-                      else upsample2d(wide, tables)).to(tensor.dtype)
-        return Done(into(kwargs.get("grad_input" if backward else "out"), result))
+        with trace.substitute():                      # the op recomputed on the device
+            if kind == "nearest" and not backward:
+                result = upsample2d(tensor, tables)          # a gather: no arithmetic
+            else:
+                # weights and sums in opmath (float32 for float16), rounded once, as ATen's kernels
+                wide = _opmath.wide(tensor)
+                result = (upsample2d_backward(wide, input_size, tables) if backward
+                          else upsample2d(wide, tables)).to(tensor.dtype)
+            return Done(into(kwargs.get("grad_input" if backward else "out"), result))
     return fix
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import warnings
 from typing import Dict, Tuple
 
@@ -99,7 +98,7 @@ def on_cpu_into_outs(op, keyset, args, kwargs) -> Done:
     outs = [kwargs[n] for n in names]
 
     def run(f, a, k):
-        with fallback.guard():
+        with fallback.guard(), trace.substitute():      # the CPU run and its copies
             cpu_outs = {n: torch.empty(0, dtype=o.dtype) for n, o in zip(names, outs)}
             f(*[_cpu(x) for x in a], **{n: _cpu(v) for n, v in k.items() if n not in cpu_outs}, **cpu_outs)
             for out, n in zip(outs, names):
@@ -136,15 +135,26 @@ def pass_on(op, keyset, args, kwargs, *, after: Fix, traced: bool = False):
     that only watches the call, ``int_range``'s ranges, leaves the report as without it)."""
     chain = _chains.get(op, ())
     for fix in chain[chain.index(after) + 1:] if after in chain else chain:
-        start = time.perf_counter()
-        fixed = fix(op, keyset, args, kwargs)
+        call = trace.begin() if traced else None      # a row of its own, as fix_kernel's
+        recorded = None
+        try:
+            fixed = fix(op, keyset, args, kwargs)
+            if fixed is not None:
+                done = isinstance(fixed, Done)
+                if done:
+                    result = fixed.result
+                else:
+                    with trace.own():
+                        result = op.redispatch(below(keyset), *fixed[0], **fixed[1])
+                if not done or fixed.record:
+                    recorded = op.name()
+        finally:
+            if call is not None:
+                trace.end(call, recorded, "coerce", args, kwargs)
         if fixed is not None:
-            done = isinstance(fixed, Done)
-            result = fixed.result if done else op.redispatch(below(keyset), *fixed[0], **fixed[1])
-            if traced and (not done or fixed.record):
-                trace.record(op.name(), "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
             return result
-    return op.redispatch(below(keyset), *args, **kwargs)
+    with trace.own():                       # the op itself, below the fixes: the caller's own time
+        return op.redispatch(below(keyset), *args, **kwargs)
 
 
 def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "auto") -> bool:

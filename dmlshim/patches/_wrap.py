@@ -271,7 +271,9 @@ class PatchSet:
         (``Guard``) when ``ctx.fallback`` is ``"auto"``/``"known"``.
 
         ``func`` is the original callable, unbound: for methods ``args[0]`` is ``self``
-        (so a handler may replace it).  ``select(instance, args, kwargs)`` decides
+        (so a handler may replace it); the time of its calls counts as the op's ``own``
+        in ``report()`` (``trace.timed``), the rest of the handler's as ``overhead``
+        unless it marks ``trace.substitute()`` work.  ``select(instance, args, kwargs)`` decides
         whether a call concerns the target (``instance`` is ``self`` for methods, else
         ignore it); it is the fast path, so keep it cheap: test ``is_cpu`` before
         ``device.type``.  The default looks at ``self``, positional tensors and lists
@@ -301,6 +303,7 @@ class PatchSet:
             if is_method and isinstance(replaced, (staticmethod, classmethod)):
                 raise TypeError(f"dmlshim: intercept() wraps instance methods; {name} is a "
                                 f"{type(replaced).__name__}: use PatchSet.wrap() (wrapt) for it")
+            original = trace.timed(replaced)    # the handler's calls of it: the op's own time
             if is_method:
                 def proxy(self, *args, **kwargs):
                     if memo and remembered((self, *args), kwargs):
@@ -308,7 +311,7 @@ class PatchSet:
                     try:
                         if not select(self, args, kwargs) or not ctx.active or busy():
                             return replaced(self, *args, **kwargs)        # fast path
-                        return call(op, handler, replaced, (self, *args), kwargs)
+                        return call(op, handler, original, (self, *args), kwargs)
                     except catch as exc:
                         return failed(replaced, (self, *args), kwargs, exc)
             else:
@@ -318,7 +321,7 @@ class PatchSet:
                     try:
                         if not select(None, args, kwargs) or not ctx.active or busy():
                             return replaced(*args, **kwargs)              # fast path
-                        return call(op, handler, replaced, args, kwargs)
+                        return call(op, handler, original, args, kwargs)
                     except catch as exc:
                         return failed(replaced, args, kwargs, exc)
             functools.update_wrapper(proxy, replaced)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import fallback, ranges
+from .. import fallback, ranges, trace
 from ..laws.integers import arange_differs, cpu_length
 from . import _select
 from .dispatcher import Done, below
@@ -30,7 +30,8 @@ def _arange(op, keyset, args, kwargs):
     if arange_differs(start, end, step, kwargs["out"].dtype):
         return _select.on_cpu_into_outs(op, keyset, args, kwargs)
     out = kwargs["out"]
-    made = op.redispatch(below(keyset), *args, **kwargs)
+    with trace.own():                             # the call itself, on the device
+        made = op.redispatch(below(keyset), *args, **kwargs)
     if made is not out and out.numel() == 0:      # torch's composite's own: no one else sees it
         with torch.inference_mode(out.is_inference()):
             out.data = made

@@ -376,26 +376,50 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     reaches a Python kernel as a Python number, which ``redispatch`` refuses, and
     ``x * True``'s fix must see a bool tensor.  A call with a tensor on ``backend`` (a
     dispatch key) then goes to ``fix``; the fixed call, and every other, is redispatched
-    below BackendSelect.  While ``aside()`` returns True every call passes through unfixed
+    below BackendSelect; in ``report()`` the redispatch of a fixed call is the op's ``own``
+    time, a fix's ``trace.substitute()`` regions its ``substitute``, the rest (the fix's
+    Python) its ``overhead``.  While ``aside()`` returns True every call passes through unfixed
     (``_select``'s fixes stand aside for probes and the shim's own work; the net fixes the
     shim's own device calls too, a ``cat`` under ``fallback.guard()``)."""
     name = op.name()
     numbers = fallback.numbers_converter(op)
     written = _written_back(op)
+    current, clock, record, unrecorded = trace._current, time.perf_counter, trace._record, trace.unrecorded
+    REGION, NESTED, OWN = trace.REGION, trace.NESTED, trace.OWN
+    passed = trace.passed_counter(name)       # its calls that get no row: overhead
     base = op._schema.name.split("::", 1)[1]
     told = base in after_hooks                # the few overloads with after-hooks
 
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
         if keyset.has(backend) and (aside is None or not aside()):
-            start = time.perf_counter()
-            fixed = fix(op, keyset, args, kwargs)
-            if fixed is not None:
-                done = isinstance(fixed, Done)
-                result = fixed.result if done else op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
-                if not done or fixed.record:
-                    trace.record(name, "coerce", time.perf_counter() - start, args=args, kwargs=kwargs)
-            else:
+            # a handled call's counters (trace.begin's list), current while the fix runs: its
+            # trace.substitute() regions and nested rows count there
+            call = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
+            token = current.set(call)
+            start = clock()
+            recorded, fixed = False, None
+            try:
+                fixed = fix(op, keyset, args, kwargs)
+                if fixed is not None:
+                    done = isinstance(fixed, Done)
+                    if done:
+                        result = fixed.result
+                    else:                         # the original, fixed: the op's own time
+                        call[REGION] = True
+                        nested, begun = call[NESTED], clock()
+                        result = op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
+                        call[OWN] += clock() - begun - (call[NESTED] - nested)
+                        call[REGION] = False
+                    recorded = not done or fixed.record
+            finally:
+                wall = clock() - start
+                current.reset(token)
+                if recorded:
+                    record(name, "coerce", wall, call, args, kwargs)
+                else:           # passed through, or computed without a row: its checks are overhead
+                    unrecorded(call, wall, passed)
+            if fixed is None:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
             for tell in after_hooks[base] if told else ():
                 tell(op, args, kwargs, result)

@@ -69,8 +69,8 @@ def _noise_from_cpu(ctx: Context):
         start = time.perf_counter()
         h, w = noise_size(instance.modulated_conv, x)
         noise = torch.randn(x.shape[0], 1, h, w, dtype=x.dtype).to(x.device)
-        trace.record("StyleConv.noise", "cpu", time.perf_counter() - start,
-                     h2d=trace.nbytes(noise), args=(x,))
+        seconds = time.perf_counter() - start       # made on the CPU and copied: substitute work
+        trace.record("StyleConv.noise", "cpu", seconds, h2d=trace.nbytes(noise), args=(x,), substitute=seconds)
         style = args[1] if len(args) > 1 else kwargs["style"]
         return wrapped(x, style, noise=noise)
     return wrapper

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..laws.nan import INDICES, OPS, nan_blind, reduced
+from .. import trace
 from . import _select
 from .dispatcher import Done, below
 
@@ -32,20 +33,30 @@ def _with_nan(op, keyset, args, kwargs):
         return None
     self = args[0]
     dims, keepdim = reduced(op, args, kwargs)
+    if op in _MAX or op is _aten.min.default or op is _aten.linalg_vector_norm.default:
+        with trace.substitute():                # the op computed another way on the device
+            return Done(_another_way(op, self, dims, keepdim, args, kwargs))
+    result = _select.pass_on(op, keyset, args, kwargs, after=_with_nan)    # the op's own kernel
+    with trace.substitute():                    # the extra kernels that put the NaN back
+        return Done(_nan_back(op, keyset, self, dims, keepdim, result))
+
+
+def _another_way(op, self, dims, keepdim, args, kwargs):
     if op in _MAX:
-        return Done(_max(self, dims, keepdim))
+        return _max(self, dims, keepdim)
     if op is _aten.min.default:
-        return Done(torch.amin(self, dims))
-    if op is _aten.linalg_vector_norm.default:                 # ord inf or -inf: a max/min of |x|
-        ord = args[1] if len(args) > 1 else kwargs.get("ord")
-        dtype = kwargs.get("dtype")
-        size = self.abs()
-        norm = _max(size, dims, keepdim) if ord > 0 else torch.amin(size, dims, keepdim)
-        return Done(norm if dtype is None else norm.to(dtype))
-    result = _select.pass_on(op, keyset, args, kwargs, after=_with_nan)
+        return torch.amin(self, dims)
+    ord = args[1] if len(args) > 1 else kwargs.get("ord")      # linalg_vector_norm, ord inf or -inf:
+    dtype = kwargs.get("dtype")                                 # a max/min of |x|
+    size = self.abs()
+    norm = _max(size, dims, keepdim) if ord > 0 else torch.amin(size, dims, keepdim)
+    return norm if dtype is None else norm.to(dtype)
+
+
+def _nan_back(op, keyset, self, dims, keepdim, result):
     if op is _aten.logsumexp.default:       # -inf only, or +inf (no NaN): that max itself
         top = _max(self, dims, keepdim)
-        return Done(torch.where(torch.isinf(top), top.to(result.dtype), result))
+        return torch.where(torch.isinf(top), top.to(result.dtype), result)
     # indices: where a slice holds a NaN, its first (one max.dim of the NaN mask, below the fixes)
     mask = torch.isnan(self).to(self.dtype)
     if dims is None:
@@ -56,9 +67,9 @@ def _with_nan(op, keyset, args, kwargs):
         found, first = _aten.max.dim.redispatch(below(keyset), mask, dims[0], keepdim)
     found = found > 0
     if op in (_aten.argmax.default, _aten.argmin.default):
-        return Done(torch.where(found, first, result))
+        return torch.where(found, first, result)
     values, indices = result
-    return Done((torch.where(found, _NAN, values), torch.where(found, first, indices)))
+    return torch.where(found, _NAN, values), torch.where(found, first, indices)
 
 
 _kernels = _select.Kernels({op: _with_nan for op in OPS})

@@ -83,16 +83,19 @@ def _sized(func, args, kwargs):
     try:
         func(*meta_args, **meta_kwargs)
     except Exception:       # no meta kernel, a data-dependent shape, or an error: the CPU decides
-        return "cpu", _on_cpu(func, args, kwargs)
+        with trace.substitute():
+            return "cpu", _on_cpu(func, args, kwargs)
     outs, metas = _outs(kwargs["out"]), _outs(meta_kwargs.pop("out"))
     misfits = [(out, meta) for out, meta in zip(outs, metas)
                if out.shape != meta.shape or out.stride() != meta.stride()]
     for out, meta in misfits:
         fallback._resize(out, meta.shape, _cpu_strides(func, meta_args, meta_kwargs, meta, len(outs)))
     try:
-        result = func(*args, **kwargs)
+        with trace.own():                               # the call itself, on the device
+            result = func(*args, **kwargs)
     except NotImplementedError:                         # torch.empty(out=): no DirectML kernel
-        return "cpu", _on_cpu(func, args, kwargs)
+        with trace.substitute():
+            return "cpu", _on_cpu(func, args, kwargs)
     return "resized" if misfits else "pass", _the_outs(result, kwargs["out"])
 
 

@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from .. import errors
+from .. import errors, trace
 from . import _gate, _select
 from .dispatcher import Done, below
 
@@ -40,7 +40,8 @@ def _retry(op, keyset, args, kwargs):
     """The device first; a DirectML-class error runs the call on the CPU (the CPU's own
     error, if it has one, is what the caller sees, as without DirectML)."""
     try:
-        return Done(op.redispatch(below(keyset), *args, **kwargs), record=False)
+        with trace.own():                       # the call as it is: the op's own time
+            return Done(op.redispatch(below(keyset), *args, **kwargs), record=False)
     except _CATCH as exc:
         if errors.classify(exc) != errors.RETRY:
             raise

@@ -183,9 +183,10 @@ def _kernel(op, target: str):
 
     def handle(func, args, kwargs):
         device = fallback.device_of(args, kwargs, target)
-        with fallback.guard():                  # weights from the cache, the rest by run_on_cpu
-            args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
-        return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device, op=name)
+        with trace.substitute():                # the CPU run, its weights' copies included
+            with fallback.guard():              # weights from the cache, the rest by run_on_cpu
+                args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
+            return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device, op=name)
 
     def kernel(*args, **kwargs):
         return trace.call(name, handle, func, args, kwargs)
