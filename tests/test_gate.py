@@ -110,12 +110,13 @@ def test_deactivate_removes_the_gate(dml_device, monkeypatch):
 
 def test_hot_overloads_get_the_typed_gate(dml_device, monkeypatch):
     """mul.Tensor's gate is unboxed (no stack a CPU call boxes and unboxes), and _to_copy's,
-    which stands in for torch's own BackendSelect kernel; full's is boxed."""
+    which stands in for torch's own BackendSelect kernel, and the fills' (a boxed gate sends
+    every in-place device call to Python); full's is boxed."""
     monkeypatch.setenv("DMLSHIM_GATE", "compiled")
     dmlshim.deactivate()
     dmlshim.activate(fallback="known", trace=0)
     try:
-        for op in ("aten::mul.Tensor", "aten::_to_copy"):
+        for op in ("aten::mul.Tensor", "aten::_to_copy", "aten::fill_.Scalar", "aten::zero_"):
             line = next(l for l in torch._C._dispatch_dump(op).splitlines() if l.startswith("BackendSelect:"))
             assert "gate.cpp" in line and "unboxed" in line, line
         line = next(l for l in torch._C._dispatch_dump("aten::full").splitlines() if l.startswith("BackendSelect:"))
@@ -249,6 +250,9 @@ DEVICE_CALLS = {
     "to(float16)": lambda a, m, w, i: a.to(torch.float16),
     "clone": lambda a, m, w, i: m.clone(),
     "sum": lambda a, m, w, i: m.sum(0),
+    "torch.ones, torch.zeros (float fills)": lambda a, m, w, i: torch.ones(4, device=a.device) + torch.zeros(
+        4, device=a.device),
+    "fill_": lambda a, m, w, i: m.clone().fill_(2.5),
     "views of inference tensors, in inference mode": lambda a, m, w, i: _in_inference(
         lambda: (m * 1).view(16).view(4, 4).t()),
 }
@@ -286,6 +290,7 @@ WATCHED = {
     "CPU indices (index)": lambda a, m, w, i: a[torch.tensor([1, 0])],
     "a channels-last clone (channels_last)": lambda a, m, w, i: m.view(1, 1, 4, 4).clone(
         memory_format=torch.channels_last),
+    "an integer fill (int_range keeps its span)": lambda a, m, w, i: torch.zeros(4, dtype=torch.int64, device=a.device),
     "a copy to the CPU (the model's read, counted)": lambda a, m, w, i: a.cpu(),
     "an empty reduction (empty_reduction)": lambda a, m, w, i: m[:0].sum(0),
     "a transposed convolution's output padding": lambda a, m, w, i: torch.nn.functional.conv_transpose1d(

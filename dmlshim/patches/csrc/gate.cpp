@@ -440,6 +440,9 @@ const std::unordered_map<std::string, Register>& typed_gates() {
       {"aten::mm.out", typed<Tensor&(const Tensor&, const Tensor&, Tensor&)>()},
       {"aten::bmm.out", typed<Tensor&(const Tensor&, const Tensor&, Tensor&)>()},
       {"aten::sub_.Tensor", typed<InPlaceAlpha>()},
+      // the fills torch.ones/zeros/full end in: typed, so a float fill that no fix watches
+      // stays in C++ (a boxed gate sends every in-place device call to Python, above)
+      {"aten::fill_.Scalar", typed<Tensor&(Tensor&, const Scalar&)>()}, {"aten::zero_", typed<Tensor&(Tensor&)>()},
       {"aten::neg", typed<Unary>()},
       {"aten::view", typed<Sizes>()}, {"aten::_unsafe_view", typed<Sizes>()},
       {"aten::_reshape_alias", typed<Strided>()},
