@@ -218,6 +218,32 @@ def test_offset_views_alias_inside_inference_mode(dml_device, shim_off, assert_p
     dmlshim.activate(fallback="known")
     assert {"offset_views", "inference_mode"} <= set(patches.installed())
     assert_parity(tiles(dml_device), tiles(CPU))
+
+
+def test_offset_views_keep_a_split_geometry_per_shape(dml_device, shim_off, assert_parity, monkeypatch):
+    """A split's geometry (meta device) is computed once per shape and arguments, and the
+    views made from it are each call's own; another shape, or tensor arguments, compute
+    again."""
+    from dmlshim.patches import offset_views
+    computed = []
+    original = offset_views._computed_geometry
+    monkeypatch.setattr(offset_views, "_computed_geometry",
+                        lambda *a: computed.append(a[0]) or original(*a))
+    monkeypatch.setattr(offset_views, "_geometries", {})
+    dmlshim.activate(fallback="known")
+
+    def splits(device, n):
+        x = torch.arange(4.0 * n).view(n, 4).to(device)
+        return [t * 2 for part in (x.split(2), x[1:].split([1, n - 2])) for t in part]
+    for n in (6, 6, 8):
+        for got, want in zip(splits(dml_device, n), splits(CPU, n)):
+            assert_parity(got, want)
+    assert computed.count(torch.ops.aten.split.Tensor) == 2           # n = 6 once, n = 8 once
+    kept = len(offset_views._geometries)
+    offset_views._meta_geometry(torch.ops.aten.split.Tensor, (torch.zeros(4), torch.tensor(2)), {})
+    assert len(computed) == 5 and len(offset_views._geometries) == kept  # a tensor argument: no key
+
+
 @pytest.mark.emulated_only(
     reason="turns the defect's emulator rule on alone (emulation.configure)")
 def test_repeat_over_four_dims_raises_raw_and_is_fixed(dml_device, shim_off, assert_parity):

@@ -152,8 +152,8 @@ def test_record_takes_parts_and_defaults_to_overhead():
 
 
 def test_device_rows_sum_and_classify(dml_device, default_shim):
-    """On the device: a CPU island (the LSTM) is substitute; float * bool's redispatch own;
-    every row's parts sum to its seconds."""
+    """On the device: a CPU island (the LSTM) is substitute; float * bool's redispatch own,
+    its cast of the bool operand substitute; every row's parts sum to its seconds."""
     lstm = torch.nn.LSTM(4, 4).to(dml_device)
     lstm(torch.randn(2, 1, 4).to(dml_device))
     x = torch.randn(2, 3).to(dml_device)
@@ -166,7 +166,7 @@ def test_device_rows_sum_and_classify(dml_device, default_shim):
     assert lstm_row["actions"] == {"cpu": 1}
     assert lstm_row["own"] == 0 and lstm_row["substitute"] > lstm_row["overhead"]
     mul = rows["aten::mul.Tensor"]
-    assert mul["actions"] == {"coerce": 1} and mul["own"] > 0 and mul["substitute"] == 0
+    assert mul["actions"] == {"coerce": 1} and mul["own"] > 0 and mul["substitute"] > 0
 
 
 def test_upsample_recomputed_on_the_device_is_substitute(dml_device, default_shim):

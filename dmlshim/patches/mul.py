@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import trace
 from . import _gate, dtypes
 from ._wrap import Context, PatchSet
 
@@ -83,7 +84,8 @@ def coerce_bool_operands(args, kwargs, inplace: bool):
     out = kwargs.get("out")
     if out is not None and not torch.can_cast(dtype, out.dtype):
         _refuse_out(a, b, out)
-    operands = (a.to(dtype), b) if a_bool else (a, b.to(dtype))
+    with trace.substitute():        # the cast: work done instead of DirectML's bool result
+        operands = (a.to(dtype), b) if a_bool else (a, b.to(dtype))
     return _replace_operands(args, kwargs, operands)
 
 

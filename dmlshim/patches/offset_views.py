@@ -20,7 +20,6 @@ absolute; ``storage_offset()`` reads 0 there, so code that adds it gets the same
 """
 from __future__ import annotations
 
-import time
 from typing import Tuple
 
 import torch
@@ -63,7 +62,38 @@ def _remember(results, anchor: torch.Tensor, offsets) -> None:
 def _meta_geometry(op, args, kwargs):
     """``[(size, stride, offset)]`` of ``op``'s results, computed on the meta device for a
     ``self`` of offset 0; None if they are not views there (``reshape`` copying) or the
-    call is not valid (the device then gives its own error)."""
+    call is not valid (the device then gives its own error).  Kept per geometry and
+    arguments (a model splits the same shapes every step: the meta call costs about 50 us);
+    a call with a tensor or symbolic argument is computed each time."""
+    self = args[0]
+    try:
+        key = (op, self.dtype, tuple(self.shape), self.stride(), _frozen(args[1:]), _frozen(sorted(kwargs.items())))
+    except TypeError:
+        return _computed_geometry(op, args, kwargs)
+    geometry = _geometries.get(key, _UNKNOWN)
+    if geometry is _UNKNOWN:
+        if len(_geometries) >= _KEPT:
+            _geometries.clear()
+        geometry = _geometries[key] = _computed_geometry(op, args, kwargs)
+    return geometry
+
+
+_geometries: dict = {}
+_KEPT = 4096                      # geometries kept; all dropped when full
+_UNKNOWN = object()
+
+
+def _frozen(value):
+    """``value`` as a key: numbers, None, str, dtypes and memory formats as they are, lists and
+    tuples as tuples; TypeError for anything else (a tensor, a SymInt)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if value is None or type(value) in (int, float, bool, str, torch.dtype, torch.memory_format):
+        return value
+    raise TypeError(f"no key for {type(value).__name__}")
+
+
+def _computed_geometry(op, args, kwargs):
     self = args[0]
     meta = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
     try:
@@ -108,12 +138,15 @@ def _rebuilt(op, keyset, args, kwargs):
     else:
         return None                                  # offset 0: DirectML's view aliases
     offsets = [base + delta for _, _, delta in geometry]
-    start = time.perf_counter()
-    views = [_view_of(anchor, keyset, size, stride, offset)
-             for (size, stride, _), offset in zip(geometry, offsets)]
-    _remember(views, anchor, offsets)
-    # its own action: a view remade, zero-copy, is no computation fixed
-    trace.record(op.name(), "anchored", time.perf_counter() - start, args=args, kwargs=kwargs)
+    # its own action: a view remade, zero-copy, is no computation fixed; the views themselves
+    # are the call's own time (pass_on's redispatch), the rest overhead
+    call = trace.begin()
+    try:
+        views = [_view_of(anchor, keyset, size, stride, offset)
+                 for (size, stride, _), offset in zip(geometry, offsets)]
+        _remember(views, anchor, offsets)
+    finally:
+        trace.end(call, op.name(), "anchored", args, kwargs)
     return Done(views if op in _SPLITS else views[0], record=False)
 
 
