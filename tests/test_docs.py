@@ -120,8 +120,8 @@ def test_the_model_figures_show_the_trace_split_where_a_file_has_it():
     old = {"rows": rows, "extra": {"identical_to_cpu": True}}
     assert gen._model_figure(old) == "forward 512x512: 1.50x; output identical to the CPU's"
     new = {"rows": rows, "extra": {"identical_to_cpu": True, "overhead_share": 0.012, "substitute_share": 0.3}}
-    assert gen._model_figure(new).endswith("; dmlshim's overhead 1.2%, substitute work 30.0% of the device run")
+    assert gen._model_figure(new).endswith("; dmlshim: overhead 1.2%, substitute 30.0% of device time")
     cases = {"rows": [dict(rows[0], case="5s"), dict(rows[0], case="11s")],
              "extra": {"cases": {"5s": {"identical_to_cpu": True, "overhead_share": 0.01, "substitute_share": 0.2},
                                  "11s": {"identical_to_cpu": True, "overhead_share": 0.02, "substitute_share": 0.2}}}}
-    assert "overhead 1.0% to 2.0%, substitute work 20.0% of" in gen._model_figure(cases, ("5s", "11s"))
+    assert "overhead 1.0-2.0%, substitute 20.0% of" in gen._model_figure(cases, ("5s", "11s"))
