@@ -20,7 +20,7 @@ import torch
 
 from .. import fallback, trace
 from . import _gate
-from .dispatcher import Done, Fix, at_backend_select, backend_key, below, fix_kernel
+from .dispatcher import Done, Fix, answered, at_backend_select, backend_key, below, fix_kernel
 
 
 _aside = 0                  # > 0 while a probe runs: fixes stand aside on every thread
@@ -140,14 +140,8 @@ def pass_on(op, keyset, args, kwargs, *, after: Fix, traced: bool = False):
         try:
             fixed = fix(op, keyset, args, kwargs)
             if fixed is not None:
-                done = isinstance(fixed, Done)
-                if done:
-                    result = fixed.result
-                else:
-                    with trace.own():
-                        result = op.redispatch(below(keyset), *fixed[0], **fixed[1])
-                if not done or fixed.record:
-                    recorded = op.name()
+                result, rows = answered(op, keyset, fixed)
+                recorded = op.name() if rows else None
         finally:
             if call is not None:
                 trace.end(call, recorded, "coerce", args, kwargs)

@@ -149,6 +149,16 @@ class Done(NamedTuple):
     record: bool = True
 
 
+def answered(op, keyset, fixed) -> "tuple[object, bool]":
+    """``(result, recorded)`` of a fix's answer ``fixed``: a :class:`Done`'s result, or the
+    fixed call redispatched below BackendSelect (the op's ``own`` time in ``report()``);
+    ``recorded``: whether the call gets a "coerce" row."""
+    if isinstance(fixed, Done):
+        return fixed.result, fixed.record
+    with trace.own():
+        return op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1]), True
+
+
 def _number_minus_tensor(op, keyset, args, kwargs):
     """``rsub.Scalar`` (``7 - x``) as ``x * -alpha + 7``, the numbers wrapped on the CPU as
     ``x * 2`` passes them.  The real 0.2.5 binary's ``rsub.Scalar`` wraps the number on the
@@ -385,7 +395,6 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     numbers = fallback.numbers_converter(op)
     written = _written_back(op)
     current, clock, record, unrecorded = trace._current, time.perf_counter, trace._record, trace.unrecorded
-    REGION, NESTED, OWN = trace.REGION, trace.NESTED, trace.OWN
     passed = trace.passed_counter(name)       # its calls that get no row: overhead
     base = op._schema.name.split("::", 1)[1]
     told = base in after_hooks                # the few overloads with after-hooks
@@ -402,16 +411,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
             try:
                 fixed = fix(op, keyset, args, kwargs)
                 if fixed is not None:
-                    done = isinstance(fixed, Done)
-                    if done:
-                        result = fixed.result
-                    else:                         # the original, fixed: the op's own time
-                        call[REGION] = True
-                        nested, begun = call[NESTED], clock()
-                        result = op.redispatch(keyset & _BELOW, *fixed[0], **fixed[1])
-                        call[OWN] += clock() - begun - (call[NESTED] - nested)
-                        call[REGION] = False
-                    recorded = not done or fixed.record
+                    result, recorded = answered(op, keyset, fixed)
             finally:
                 wall = clock() - start
                 current.reset(token)
