@@ -83,7 +83,8 @@ H2D, D2H, OWN, SUB, NESTED, REGION, START, TOKEN = range(8)
 
 def begin() -> list:
     """Open a handled call: its counters become current until :func:`end`.  For kernels
-    that time themselves (``_select.pass_on``); ``call`` does this around a handler."""
+    that time themselves (``dispatcher.fix_kernel``, ``_select.pass_on``); ``call`` does
+    this around a handler."""
     c = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
     c[TOKEN] = _current.set(c)
     c[START] = _clock()
@@ -177,16 +178,8 @@ def timed(func: Callable) -> Callable:
     (outside any other region); named as ``func``.  Made once per wrapper: what an
     ``intercept`` handler gets as ``func``."""
     def timed_func(*args, **kwargs):
-        c = _current.get()
-        if c is None or c[REGION]:
+        with _Region(False):
             return func(*args, **kwargs)
-        c[REGION] = True
-        nested, start = c[NESTED], _clock()
-        try:
-            return func(*args, **kwargs)
-        finally:
-            c[OWN] += _clock() - start - (c[NESTED] - nested)
-            c[REGION] = False
     functools.update_wrapper(timed_func, func, functools.WRAPPER_ASSIGNMENTS + ("__objclass__",), ())
     return timed_func
 
@@ -216,17 +209,13 @@ def call(op: str, handler, func, args, kwargs):
     """Run ``handler(func, args, kwargs) -> (action, result)``, count it, trace it.  Calls of
     ``func`` count as ``own`` time where ``func`` is :func:`timed`; a CPU run inside the
     handler (``fallback.run_on_cpu``) as ``substitute``; the rest as ``overhead``."""
-    c = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
-    token = _current.set(c)
-    start = _clock()
+    c = begin()
     action = "error"
     try:
         action, result = handler(func, args, kwargs)
         return result
     finally:
-        wall = _clock() - start
-        _current.reset(token)
-        _record(op, action, wall, c, args, kwargs)
+        end(c, op, action, args, kwargs)
 
 
 def _record(op: str, action: str, wall: float, c: list, args, kwargs) -> None:

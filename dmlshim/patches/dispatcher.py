@@ -15,7 +15,6 @@ price per call: docs/internals.md ("The dispatcher net")."""
 from __future__ import annotations
 
 import functools
-import time
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
@@ -394,7 +393,6 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     name = op.name()
     numbers = fallback.numbers_converter(op)
     written = _written_back(op)
-    current, clock, record, unrecorded = trace._current, time.perf_counter, trace._record, trace.unrecorded
     passed = trace.passed_counter(name)       # its calls that get no row: overhead
     base = op._schema.name.split("::", 1)[1]
     told = base in after_hooks                # the few overloads with after-hooks
@@ -402,23 +400,17 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     def kernel(keyset, *args, **kwargs):
         args = numbers(args)
         if keyset.has(backend) and (aside is None or not aside()):
-            # a handled call's counters (trace.begin's list), current while the fix runs: its
-            # trace.substitute() regions and nested rows count there
-            call = [0, 0, 0.0, 0.0, 0.0, False, 0.0, None]
-            token = current.set(call)
-            start = clock()
+            # a handled call, current while the fix runs: its trace.substitute() regions and
+            # nested rows count there; passed through, or computed without a row, its checks
+            # are overhead (passed)
+            call = trace.begin()
             recorded, fixed = False, None
             try:
                 fixed = fix(op, keyset, args, kwargs)
                 if fixed is not None:
                     result, recorded = answered(op, keyset, fixed)
             finally:
-                wall = clock() - start
-                current.reset(token)
-                if recorded:
-                    record(name, "coerce", wall, call, args, kwargs)
-                else:           # passed through, or computed without a row: its checks are overhead
-                    unrecorded(call, wall, passed)
+                trace.end(call, name if recorded else None, "coerce", args, kwargs, passed=passed)
             if fixed is None:
                 result = op.redispatch(keyset & _BELOW, *args, **kwargs)
             for tell in after_hooks[base] if told else ():
