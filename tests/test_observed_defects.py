@@ -220,16 +220,12 @@ def test_offset_views_alias_inside_inference_mode(dml_device, shim_off, assert_p
     assert_parity(tiles(dml_device), tiles(CPU))
 
 
-def test_offset_views_keep_a_split_geometry_per_shape(dml_device, shim_off, assert_parity, monkeypatch):
+def test_offset_views_keep_a_split_geometry_per_shape(dml_device, shim_off, assert_parity):
     """A split's geometry (meta device) is computed once per shape and arguments, and the
     views made from it are each call's own; another shape, or tensor arguments, compute
     again."""
     from dmlshim.patches import offset_views
-    computed = []
-    original = offset_views._computed_geometry
-    monkeypatch.setattr(offset_views, "_computed_geometry",
-                        lambda *a: computed.append(a[0]) or original(*a))
-    monkeypatch.setattr(offset_views, "_geometries", {})
+    offset_views._geometry.cache_clear()
     dmlshim.activate(fallback="known")
 
     def splits(device, n):
@@ -238,10 +234,10 @@ def test_offset_views_keep_a_split_geometry_per_shape(dml_device, shim_off, asse
     for n in (6, 6, 8):
         for got, want in zip(splits(dml_device, n), splits(CPU, n)):
             assert_parity(got, want)
-    assert computed.count(torch.ops.aten.split.Tensor) == 2           # n = 6 once, n = 8 once
-    kept = len(offset_views._geometries)
+    kept = offset_views._geometry.cache_info()
+    assert (kept.misses, kept.currsize) == (4, 4)       # split and split_with_sizes, n = 6 and 8
     offset_views._meta_geometry(torch.ops.aten.split.Tensor, (torch.zeros(4), torch.tensor(2)), {})
-    assert len(computed) == 5 and len(offset_views._geometries) == kept  # a tensor argument: no key
+    assert offset_views._geometry.cache_info() == kept                # a tensor argument: no key
 
 
 @pytest.mark.emulated_only(

@@ -20,6 +20,7 @@ absolute; ``storage_offset()`` reads 0 there, so code that adds it gets the same
 """
 from __future__ import annotations
 
+import functools
 from typing import Tuple
 
 import torch
@@ -66,21 +67,12 @@ def _meta_geometry(op, args, kwargs):
     arguments (a model splits the same shapes every step: the meta call costs about 50 us);
     a call with a tensor or symbolic argument is computed each time."""
     self = args[0]
+    shape, stride, dtype = tuple(self.shape), self.stride(), self.dtype
     try:
-        key = (op, self.dtype, tuple(self.shape), self.stride(), _frozen(args[1:]), _frozen(sorted(kwargs.items())))
+        rest, named = _frozen(args[1:]), _frozen(sorted(kwargs.items()))
     except TypeError:
-        return _computed_geometry(op, args, kwargs)
-    geometry = _geometries.get(key, _UNKNOWN)
-    if geometry is _UNKNOWN:
-        if len(_geometries) >= _KEPT:
-            _geometries.clear()
-        geometry = _geometries[key] = _computed_geometry(op, args, kwargs)
-    return geometry
-
-
-_geometries: dict = {}
-_KEPT = 4096                      # geometries kept; all dropped when full
-_UNKNOWN = object()
+        return _geometry.__wrapped__(op, dtype, shape, stride, args[1:], tuple(kwargs.items()))
+    return _geometry(op, dtype, shape, stride, rest, named)
 
 
 def _frozen(value):
@@ -93,18 +85,20 @@ def _frozen(value):
     raise TypeError(f"no key for {type(value).__name__}")
 
 
-def _computed_geometry(op, args, kwargs):
-    self = args[0]
-    meta = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
+@functools.lru_cache(maxsize=4096)
+def _geometry(op, dtype, shape, stride, rest, named):
+    """:func:`_meta_geometry` of a ``self`` of this dtype, shape and stride; ``rest`` the
+    other positional arguments, ``named`` the keyword ones as ``(name, value)`` pairs."""
+    meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     try:
-        out = op(meta, *args[1:], **kwargs)
+        out = op(meta, *rest, **dict(named))
     except (RuntimeError, TypeError, ValueError):
         return None
     outs = out if isinstance(out, (list, tuple)) else (out,)
     storage = meta.untyped_storage()._cdata
     if not all(o.untyped_storage()._cdata == storage for o in outs):
         return None
-    return [(o.shape, o.stride(), o.storage_offset()) for o in outs]
+    return tuple((o.shape, o.stride(), o.storage_offset()) for o in outs)
 
 
 def _as_strided_delta(args, kwargs) -> int:
