@@ -83,8 +83,7 @@ def _sized(func, args, kwargs):
     try:
         func(*meta_args, **meta_kwargs)
     except Exception:       # no meta kernel, a data-dependent shape, or an error: the CPU decides
-        with trace.substitute():
-            return "cpu", _on_cpu(func, args, kwargs)
+        return "cpu", _on_cpu(func, args, kwargs)
     outs, metas = _outs(kwargs["out"]), _outs(meta_kwargs.pop("out"))
     misfits = [(out, meta) for out, meta in zip(outs, metas)
                if out.shape != meta.shape or out.stride() != meta.stride()]
@@ -94,27 +93,28 @@ def _sized(func, args, kwargs):
         with trace.own():                               # the call itself, on the device
             result = func(*args, **kwargs)
     except NotImplementedError:                         # torch.empty(out=): no DirectML kernel
-        with trace.substitute():
-            return "cpu", _on_cpu(func, args, kwargs)
+        return "cpu", _on_cpu(func, args, kwargs)
     return "resized" if misfits else "pass", _the_outs(result, kwargs["out"])
 
 
 def _on_cpu(func, args, kwargs):
     """The call on the CPU (a factory's ``device=`` too) into CPU outs of ``out``'s geometry,
-    which raises the CPU's error, or gives the device outs their shapes and values."""
-    outs = _outs(kwargs["out"])
-    cpu_outs = [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) for o in outs]
-    cpu_kwargs = {**tree_map(trace.to_host, {k: v for k, v in kwargs.items() if k != "out"}),
-                  "out": cpu_outs[0] if isinstance(kwargs["out"], torch.Tensor) else tuple(cpu_outs)}
-    if "device" in kwargs:
-        cpu_kwargs["device"] = "cpu"
-    with fallback.guard():
-        result = func(*tree_map(trace.to_host, args), **cpu_kwargs)
-    for out, cpu in zip(outs, cpu_outs):
-        if out.shape != cpu.shape or out.stride() != cpu.stride():
-            fallback._resize(out, cpu.shape, cpu.stride())
-        out.copy_(cpu)
-    return _returned(result, kwargs["out"])
+    which raises the CPU's error, or gives the device outs their shapes and values: with its
+    copies, substitute work (``trace.substitute``)."""
+    with trace.substitute():
+        outs = _outs(kwargs["out"])
+        cpu_outs = [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) for o in outs]
+        cpu_kwargs = {**tree_map(trace.to_host, {k: v for k, v in kwargs.items() if k != "out"}),
+                      "out": cpu_outs[0] if isinstance(kwargs["out"], torch.Tensor) else tuple(cpu_outs)}
+        if "device" in kwargs:
+            cpu_kwargs["device"] = "cpu"
+        with fallback.guard():
+            result = func(*tree_map(trace.to_host, args), **cpu_kwargs)
+        for out, cpu in zip(outs, cpu_outs):
+            if out.shape != cpu.shape or out.stride() != cpu.stride():
+                fallback._resize(out, cpu.shape, cpu.stride())
+            out.copy_(cpu)
+        return _returned(result, kwargs["out"])
 
 
 def _returned(result, out):
