@@ -76,15 +76,14 @@ def shim_totals(wall_s, rows, passed=None):
     ``report().passed``, the Python kernels' passed-through calls, whose time is overhead
     in no row (``passed_seconds``, in ``shim_seconds`` and ``overhead_seconds`` too).
     """
-    passed_s = sum(p["seconds"] for p in (passed or {}).values())
-    shim_s = sum(r["seconds"] for r in rows) + passed_s
-    parts = {p: sum(r.get(p, 0.0) for r in rows) for p in ("own", "substitute", "overhead")}
-    parts["overhead"] += passed_s
-    return {"traced_wall_s": wall_s, "shim_seconds": shim_s, "shim_share": shim_s / wall_s,
+    from dmlshim import trace
+
+    t = trace.totals(rows, passed)
+    parts = {p: t[p] for p in trace.PARTS}
+    return {"traced_wall_s": wall_s, "shim_seconds": t["seconds"], "shim_share": t["seconds"] / wall_s,
             **{f"{p}_seconds": s for p, s in parts.items()},
-            **{f"{p}_share": s / wall_s for p, s in parts.items()}, "passed_seconds": passed_s,
-            "bytes_h2d": sum(r["h2d"] for r in rows), "bytes_d2h": sum(r["d2h"] for r in rows),
-            "intercepted_calls": sum(r["calls"] for r in rows)}
+            **{f"{p}_share": s / wall_s for p, s in parts.items()}, "passed_seconds": t["passed_seconds"],
+            "bytes_h2d": t["h2d"], "bytes_d2h": t["d2h"], "intercepted_calls": t["calls"]}
 
 
 def top_passed(passed, n=8):
