@@ -474,3 +474,63 @@ def test_torch_compile_of_cpu_code_traces_through_the_fronts(backend):
     done = subprocess.run([sys.executable, "-c", COMPILED_CPU_CODE, backend], capture_output=True, text=True,
                           env=env, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("same"), done.stderr[-2000:]
+
+
+VIEW_FAMILY = ("aten::view", "aten::as_strided", "aten::_unsafe_view", "aten::split.Tensor", "aten::unfold")
+
+
+def _dump_line(op: str, key: str) -> str:
+    return next((l for l in torch._C._dispatch_dump_table(op).splitlines() if l.startswith(key + ":")), "")
+
+
+def test_the_view_family_stands_at_the_backend_key(dml_device, monkeypatch, assert_same):
+    """The view fixes (offset_views, inference_mode) act on the device's calls only: their
+    compiled gate takes the device kernel's place at PrivateUse1, so a CPU view, slice,
+    transpose or split meets no kernel of dmlshim's; deactivate() puts the device's back."""
+    monkeypatch.setenv("DMLSHIM_GATE", "compiled")
+    dmlshim.deactivate()
+    before = {op: _dump_line(op, "PrivateUse1") for op in VIEW_FAMILY}
+    dmlshim.activate(fallback="known", trace=0)
+    try:
+        for op in VIEW_FAMILY:
+            assert "gate.cpp" in _dump_line(op, "PrivateUse1"), op
+            assert "gate.cpp" not in _dump_line(op, "BackendSelect"), op
+        a, m = torch.randn(8), torch.randn(4, 4)
+        assert _python_kernel_calls(lambda: (a.view(2, 4), a[1:], m.t(), a.split(3), a.unfold(0, 2, 2))) == 0
+        assert_same(m.t()[1:].contiguous(), m.clone().t()[1:].contiguous())
+    finally:
+        dmlshim.deactivate()
+    assert {op: _dump_line(op, "PrivateUse1") for op in VIEW_FAMILY} == before
+
+
+@pytest.mark.parametrize("gate", ["compiled", "python"], indirect=True)
+def test_a_view_call_a_fix_passes_on_reaches_the_device_kernel(gate, dml_device, assert_same):
+    """A call the backend gate sends to Python and the fix passes on (an anchored view whose
+    shape is invalid: no geometry) runs the device's own kernel, which raises as the CPU's
+    does, instead of coming back to the gate; the fixed calls around it still alias."""
+    x = torch.zeros(8)
+    tail = x.to(dml_device)[1:]
+    with pytest.raises(RuntimeError, match="invalid for input of size 7"):
+        x[1:].view(3)
+    with pytest.raises(RuntimeError, match="invalid for input of size 7"):
+        tail.view(3)
+    tail.view(7)[2:4].fill_(5.0)
+    x[1:].view(7)[2:4].fill_(5.0)
+    assert_same(tail, x[1:])
+
+
+@pytest.mark.parametrize("gate", ["compiled"], indirect=True)
+def test_the_front_calls_a_builtin_as_cpython_does(gate, dml_device):
+    """The front calls a C function or method descriptor of torch's at once (no second
+    vectorcall); a self of another type, or none, gets the descriptor's own TypeError."""
+    original = dmlshim.patches._wrap.original(torch.Tensor, "view")
+    assert type(vars(torch.Tensor)["view"]).__name__ == "Front"
+    for args in ((5, 2), ()):
+        with pytest.raises(TypeError) as raised:
+            torch.Tensor.view(*args)
+        with pytest.raises(TypeError) as expected:
+            original(*args)
+        assert str(raised.value) == str(expected.value)
+    a = torch.arange(6.0)
+    assert torch.Tensor.view(a, 2, 3).shape == (2, 3) and a.view(size=(3, 2)).shape == (3, 2)
+    assert torch.cat([a, a], dim=0).shape == (12,)

@@ -19,7 +19,7 @@ import torch
 
 from . import _compiled, _python_api, opaque, routing
 from .fatal import FatalDirectMLError, abort_message
-from ..dml_ops import aten_op
+from ..dml_ops import aten_op, view_kernels
 from ..fallback import numbers_as_tensors
 
 # Applies the rules to a Python-level call of the device module; _state, which sits
@@ -424,8 +424,17 @@ def _ops_needing_direct_kernels():
       torch 2.13 gives a CompositeExplicitAutograd kernel: otherwise they
       decompose, e.g. ``native_layer_norm`` into batch_norm arithmetic that is
       not bit-identical to the CPU kernel; and ``split``, which copies there.
+    * torch-directml's view kernels (``dml_ops.view_kernels``), all direct PrivateUse1
+      kernels on the real binary: dmlshim's backend gate stands in for a direct kernel only
+      (a first call through the fallback would register one over the gate).  Not the
+      CompositeImplicitAutograd ``reshape``: a kernel of its own would end its decomposition
+      at the Autograd key.
     """
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    for name in view_kernels():
+        op = aten_op(name)
+        if not has_kernel(op.name(), "CompositeImplicitAutograd") and not has_kernel(op.name(), "PrivateUse1"):
+            yield op
     for name, (route, delegate) in routing.table().items():
         try:
             op = aten_op(name)

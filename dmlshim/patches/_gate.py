@@ -14,7 +14,10 @@ behaves the same; docs/performance.md has what each costs.
 A device call goes to the Python kernel only where one of its fixes may act: each fix
 declares what it looks at (:func:`watching`, a :class:`Watch`), the gate holds the union of
 its overload's fixes' watches, and a device call that meets none of them is redispatched in
-C++ as a CPU call is.  A fix that declares nothing is watched on every device call.
+C++ as a CPU call is.  A fix that declares nothing is watched on every device call.  An
+overload whose fixes all act on the device's own calls only (:func:`at_backend`: the view
+family's) gets its gate at the device's backend key instead, in place of the device's
+kernel, which it calls: its CPU calls meet nothing of dmlshim's.
 """
 from __future__ import annotations
 
@@ -183,12 +186,28 @@ def below() -> torch._C.DispatchKeySet:
     return _extension().below() if _extension.cache_info().currsize else every
 
 
+def at_backend(fix):
+    """Declare that ``fix`` acts on the device's own calls only, and that a call it passes on
+    runs the device's kernel: an overload whose fixes all say so gets its compiled gate at
+    the device's backend key (``csrc/gate.cpp``'s backend gate), in place of the device's
+    kernel, so its CPU and CUDA calls meet nothing of dmlshim's (the view family's fixes)."""
+    fix.__dmlshim_at_backend__ = True
+    return fix
+
+
+def acts_at_backend(fix) -> bool:
+    """Whether ``fix`` declared :func:`at_backend`."""
+    return getattr(fix, "__dmlshim_at_backend__", False)
+
+
 def register(library: torch.library.Library, op: torch._ops.OpOverload, kernel, target: str,
-             mode: str = "auto", *, always: bool = False) -> Optional[object]:
+             mode: str = "auto", *, always: bool = False, at_backend: bool = False) -> Optional[object]:
     """Register ``kernel`` (``with_keyset``) for ``op``: behind the compiled gate where
     ``mode`` allows one (returns its registration: ``destroy()`` it with ``library``), else
     at BackendSelect itself (returns None).  ``always``: every call goes to ``kernel`` (an
-    op whose CPU arguments may decide, ``_fft_c2r``'s islands)."""
+    op whose CPU arguments may decide, ``_fft_c2r``'s islands).  ``at_backend``: the gate in
+    place of the device's kernel at its backend key where the op allows one (not a
+    CompositeImplicitAutograd overload the device has no kernel of), else at BackendSelect."""
     name = op.name().split("::", 1)[1]
     ext = extension(mode)
     with warnings.catch_warnings():
@@ -200,6 +219,10 @@ def register(library: torch.library.Library, op: torch._ops.OpOverload, kernel, 
             return None
         library.impl(name, kernel, TRAMPOLINE, with_keyset=True)
     schema = op._schema
+    if at_backend and not always:
+        registration = ext.backend_gate(schema.name, schema.overload_name, target)
+        if registration is not None:
+            return registration
     typed = None if always else _typed(ext, schema.name, schema.overload_name, target)
     return typed or ext.gate(schema.name, schema.overload_name, target, always)
 

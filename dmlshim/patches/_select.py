@@ -116,6 +116,7 @@ def on_cpu_into_outs(op, keyset, args, kwargs) -> Done:
 # chain is a tuple, replaced whole on (un)install: a call reads it without a copy or a lock.
 _chains: Dict[torch._ops.OpOverload, Tuple[Fix, ...]] = {}
 _libraries: Dict[torch._ops.OpOverload, torch.library.Library] = {}
+_placed: Dict[torch._ops.OpOverload, bool] = {}     # True: its gate asked for at the backend key
 _gates: Dict[torch._ops.OpOverload, object] = {}          # their compiled gates (_gate.py)
 
 
@@ -160,11 +161,13 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "
         return False
     for op, fix in table.items():
         _chains[op] = _chains.get(op, ()) + (fix,)
-        if op not in _libraries:
+        at_backend = all(_gate.acts_at_backend(f) for f in _chains[op])
+        if _placed.get(op) != at_backend:            # new, or a fix that must see every call joined
+            _remove(op)
             library = torch.library.Library("aten", "IMPL")
             _gates[op] = at_backend_select(library, op, fix_kernel(op, _run_chain, backend, aside=aside),
-                                           target, gate)
-            _libraries[op] = library
+                                           target, gate, at_backend=at_backend)
+            _libraries[op], _placed[op] = library, at_backend
         _gate.set_watch(_gates[op], op, _chains[op])
     return True
 
@@ -180,12 +183,18 @@ def unregister(table: Dict[torch._ops.OpOverload, Fix]) -> None:
             _gate.set_watch(_gates.get(op), op, _chains[op])
             continue
         _chains.pop(op, None)
-        registration = _gates.pop(op, None)
-        if registration is not None:
-            registration.destroy()
-        library = _libraries.pop(op, None)
-        if library is not None:
-            library._destroy()
+        _remove(op)
+
+
+def _remove(op) -> None:
+    """``op``'s gate and kernel gone, if it has them."""
+    _placed.pop(op, None)
+    registration = _gates.pop(op, None)
+    if registration is not None:
+        registration.destroy()
+    library = _libraries.pop(op, None)
+    if library is not None:
+        library._destroy()
 
 
 class Kernels:

@@ -355,12 +355,13 @@ def backend_key(target: str):
         return None
 
 
-def at_backend_select(library, op, kernel, target: str, mode: str, *, always: bool = False):
+def at_backend_select(library, op, kernel, target: str, mode: str, *, always: bool = False,
+                      at_backend: bool = False):
     """``_gate.register`` (``kernel`` behind the compiled gate, or at BackendSelect itself),
     and the redispatch mask refreshed: once the gate is built it leaves the trampoline key
     out.  Returns the gate's registration, or None."""
     global _BELOW
-    registration = _gate.register(library, op, kernel, target, mode, always=always)
+    registration = _gate.register(library, op, kernel, target, mode, always=always, at_backend=at_backend)
     _BELOW = _gate.below()
     return registration
 

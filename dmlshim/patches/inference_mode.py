@@ -19,6 +19,7 @@ from . import _gate, _select
 from .dispatcher import Done, below
 
 
+@_gate.at_backend
 @_gate.watching(_gate.Watch(view=True))
 def _normal_view(op, keyset, args, kwargs):
     if not torch.is_inference_mode_enabled() or args[0].is_inference():

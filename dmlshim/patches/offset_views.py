@@ -110,6 +110,7 @@ def _as_strided_delta(args, kwargs) -> int:
     return 0 if offset is None else int(offset) - self.storage_offset()
 
 
+@_gate.at_backend
 @_gate.watching(lambda op: _gate.ALWAYS if op in _SPLITS else _gate.Watch(view=True))
 def _rebuilt(op, keyset, args, kwargs):
     """The fix: a view op of a tensor with an offset, and every split, from the anchor."""

@@ -35,6 +35,23 @@
 #include <string>
 #include <unordered_map>
 
+// The kernel an operator's dispatch table holds for a key, copied: what a backend gate
+// (below) calls once it stands in for that kernel.  The table sits behind OperatorHandle's
+// private OperatorDef, and OperatorHandle befriends every std::hash (for its own hash);
+// this specialization is that door, and nothing hashes with it.  torch 2.9 has
+// getComputedKernelForDispatchKey, but boxed only and bound to the table's current entry.
+struct KernelAt {
+  const c10::OperatorHandle& op;
+  c10::DispatchKey key;
+};
+
+template <>
+struct std::hash<KernelAt> {
+  c10::KernelFunction operator()(const KernelAt& at) const {
+    return at.op.operatorDef_->op.lookup(c10::DispatchKeySet(at.key));   // throws where none is
+  }
+};
+
 namespace {
 
 using c10::DispatchKey;
@@ -508,6 +525,147 @@ std::optional<Registration> typed_gate(const std::string& op_name, const std::st
   return registered(op_name, overload, std::move(kernel), watch);
 }
 
+// The backend gate: where every fix of an overload acts only on the device's own calls
+// (offset_views' and inference_mode's view fixes), the gate stands in for the device's kernel
+// at its backend key (PrivateUse1) instead of sitting at BackendSelect, which every device's
+// calls pass: a CPU or CUDA call of the overload then meets nothing of dmlshim's.  It holds
+// the kernel it replaced (KernelAt) and calls it for a call none of the fixes watches; the rest
+// go to the Python kernel at the trampoline, and that kernel's redispatch below comes back
+// here, so a call sent to Python is remembered (InPython) and its own redispatch runs the
+// kernel replaced.  destroy() puts that kernel back.
+struct InPython {
+  static thread_local const InPython* current;
+  size_t op;
+  const c10::TensorImpl* self;
+  const InPython* outer;
+  InPython(size_t op, const c10::TensorImpl* self) : op(op), self(self), outer(current) { current = this; }
+  ~InPython() { current = outer; }
+  // the call below is the one Python holds: its redispatch past the fixes
+  static bool below(size_t op, const c10::TensorImpl* self) {
+    return current != nullptr && current->op == op && current->self == self;
+  }
+};
+thread_local const InPython* InPython::current = nullptr;
+
+template <class First, class... Rest>
+const c10::TensorImpl* self_of(const First& first, const Rest&...) {
+  if constexpr (std::is_same_v<First, at::Tensor>) return first.unsafeGetTensorImpl();
+  else return nullptr;
+}
+
+template <class Sig>
+struct AtBackend;
+
+template <class R, class... A>
+struct AtBackend<R(A...)> {
+  static torch::CppFunction kernel(const c10::OperatorHandle& handle, c10::KernelFunction replaced,
+                                   c10::DeviceType target, std::shared_ptr<Watch> watch) {
+    auto op = handle.typed<R(A...)>();
+    const size_t id = std::hash<c10::OperatorHandle>{}(handle);
+    return torch::CppFunction([op, replaced, id, target, watch](DispatchKeySet ks, A... a) -> R {
+      const auto* self = self_of(a...);
+      if (InPython::below(id, self)) return replaced.template call<R, A...>(op, ks, a...);
+      const auto found = verdict(*watch, target, ks, a...);
+      if (found.python) {
+        InPython held(id, self);
+        return op.redispatch(ks | DispatchKeySet(kTrampoline), a...);
+      }
+      if constexpr (std::is_same_v<R, at::Tensor>) {
+        if (found.delta != 0) {   // as_strided at an offset: the view marked (offset_views)
+          auto view = replaced.template call<R, A...>(op, ks, a...);
+          record_anchor(view, first_tensor(a...), found.delta.guard_int(__FILE__, __LINE__));
+          return view;
+        }
+      }
+      return replaced.template call<R, A...>(op, ks, a...);
+    });
+  }
+};
+
+// The boxed backend gate: the overloads with no typed one (split's list of views, unfold).
+struct BoxedAtBackend final : c10::OperatorKernel {
+  BoxedAtBackend(const c10::FunctionSchema& schema, c10::KernelFunction replaced, c10::DeviceType target,
+                 std::shared_ptr<Watch> watch)
+      : replaced(std::move(replaced)), target(target), arguments(schema.arguments().size()),
+        storage_offset(position(schema, "storage_offset")), watch(std::move(watch)) {}
+
+  void operator()(const c10::OperatorHandle& op, DispatchKeySet ks, torch::jit::Stack* stack) {
+    const auto base = stack->size() - arguments;
+    const auto& first = (*stack)[base];
+    const auto* self = first.isTensor() ? first.toTensor().unsafeGetTensorImpl() : nullptr;
+    const size_t id = std::hash<c10::OperatorHandle>{}(op);
+    if (!InPython::below(id, self) && to_python(*stack, base)) {
+      InPython held(id, self);
+      op.redispatchBoxed(ks | DispatchKeySet(kTrampoline), stack);
+      return;
+    }
+    replaced.callBoxed(op, ks, stack);
+  }
+
+  bool to_python(const torch::jit::Stack& stack, size_t base) const {
+    const auto flags = watch->flags.load(std::memory_order_relaxed);
+    if (flags & (kAlways | kCatch)) return true;
+    Scan scan{*watch, flags, target};
+    scan.boxed(stack, base, arguments, -1, -1, storage_offset);
+    return scan.python;
+  }
+
+  c10::KernelFunction replaced;
+  c10::DeviceType target;
+  size_t arguments;
+  int storage_offset;
+  std::shared_ptr<Watch> watch;
+};
+
+using AtBackendRegister = torch::CppFunction (*)(const c10::OperatorHandle&, c10::KernelFunction, c10::DeviceType,
+                                                 std::shared_ptr<Watch>);
+
+template <class Sig>
+AtBackendRegister at_backend() {
+  return &AtBackend<Sig>::kernel;
+}
+
+// the view family's typed backend gates (the calls CPU models make most); the rest boxed
+const std::unordered_map<std::string, AtBackendRegister>& typed_backend_gates() {
+  static const std::unordered_map<std::string, AtBackendRegister> gates{
+      {"aten::view", at_backend<Sizes>()}, {"aten::_unsafe_view", at_backend<Sizes>()},
+      {"aten::_reshape_alias", at_backend<Strided>()},
+      {"aten::as_strided",
+       at_backend<Tensor(const Tensor&, SymIntArrayRef, SymIntArrayRef, std::optional<c10::SymInt>)>()},
+  };
+  return gates;
+}
+
+// The backend gate of op for device_type, or None where the device has no kernel of its own
+// for it: a backend fallback or a composite serves it there, and a kernel in its place would
+// change that (a CompositeImplicitAutograd op's autograd key, a fallback that registers a
+// kernel on an op's first call over the gate: the emulator's).
+std::optional<Registration> backend_gate(const std::string& op_name, const std::string& overload,
+                                         const std::string& device_type) {
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(op_name.c_str(), overload.c_str());
+  const auto target = c10::Device(device_type).type();
+  const auto key = c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(target));
+  if (!handle.hasKernelForDispatchKey(key)) return std::nullopt;
+  c10::KernelFunction replaced;
+  try {
+    replaced = std::hash<KernelAt>{}(KernelAt{handle, key});
+  } catch (const c10::Error&) {
+    return std::nullopt;
+  }
+  auto watch = std::make_shared<Watch>();
+  const auto name = overload.empty() ? op_name : op_name + "." + overload;
+  const auto typed = typed_backend_gates().find(name);
+  auto kernel = typed != typed_backend_gates().end()
+                    ? typed->second(handle, std::move(replaced), target, watch)
+                    : torch::CppFunction::makeFromBoxedFunctor(
+                          std::make_unique<BoxedAtBackend>(handle.schema(), std::move(replaced), target, watch));
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", std::nullopt, __FILE__, __LINE__);
+  static Quiet quiet;                                      // the device's kernel comes back with destroy()
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  library->impl(name.substr(6).c_str(), torch::dispatch(key, std::move(kernel)));
+  return Registration{std::move(library), std::move(watch)};
+}
+
 // The front: the compiled counterpart of dmlshim's Python-level wrappers (torch.cat,
 // Tensor.__mul__, auto's 2,700 ...).  Every one of them acts only on a call that holds a
 // tensor off the CPU, a CPU island (a Tensor subclass), a dtype the device cannot hold, or
@@ -518,10 +676,16 @@ std::optional<Registration> typed_gate(const std::string& op_name, const std::st
 // that also passes through device tensors of the target device unless they are of some
 // dtypes or empty (its select: mul's looks for a bool, cat's for an empty input) gives its
 // front a device mode: such a call runs the original too, under the wrapper's guard.
+using Invoke = PyObject* (*)(PyObject*, PyObject* const*, size_t, PyObject*);
+
 struct Front {
   PyObject_HEAD
   vectorcallfunc vectorcall;
   PyObject* fast;     // the original: what a plain call runs
+  // fast's C function where fast is a builtin (METH_FASTCALL | METH_KEYWORDS, torch's
+  // generated bindings): called at once, as CPython's specialized call of it does
+  Invoke invoke;
+  PyObject* owner;    // a function's __self__ (its module), a method's class (its self's check)
   PyObject* slow;     // dmlshim's Python wrapper: every other call
   // device mode (None/NULL without): a call whose only other values are tensors of the
   // target device that its wrapper would pass through runs the original too, under the
@@ -604,6 +768,49 @@ bool has_out(PyObject* kwnames) {
   return false;
 }
 
+// The original, called as CPython's specialized call of a builtin or method descriptor
+// does (no second vectorcall, no recursion check): about a tenth of the front's cost.
+PyObject* call_fast(Front* front, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if (front->invoke) return front->invoke(reinterpret_cast<PyObject*>(front), args, nargsf, kwnames);
+  return PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+}
+
+using FastWithKeywords = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
+
+PyObject* invoke_function(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* front = reinterpret_cast<Front*>(self);
+  auto meth = reinterpret_cast<FastWithKeywords>(reinterpret_cast<void*>(PyCFunction_GET_FUNCTION(front->fast)));
+  return meth(front->owner, args, PyVectorcall_NARGS(nargsf), kwnames);
+}
+
+PyObject* invoke_method(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* front = reinterpret_cast<Front*>(self);
+  const auto n = PyVectorcall_NARGS(nargsf);
+  // the descriptor's own check of its self (a tensor); anything else gets its error
+  if (n < 1 || !PyObject_TypeCheck(args[0], reinterpret_cast<PyTypeObject*>(front->owner)))
+    return PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+  auto* def = reinterpret_cast<PyMethodDescrObject*>(front->fast)->d_method;
+  return reinterpret_cast<FastWithKeywords>(reinterpret_cast<void*>(def->ml_meth))(args[0], args + 1, n - 1, kwnames);
+}
+
+// How the front calls fast: at once where it is a builtin or method descriptor of the
+// fast-with-keywords convention, else by vectorcall (nullptr).
+Invoke invoker(PyObject* fast, PyObject** owner) {
+  constexpr int kConvention = METH_FASTCALL | METH_KEYWORDS;
+  if (PyCFunction_CheckExact(fast) && (PyCFunction_GET_FLAGS(fast) & (kConvention | METH_METHOD)) == kConvention) {
+    *owner = PyCFunction_GET_SELF(fast);
+    return invoke_function;
+  }
+  if (Py_IS_TYPE(fast, &PyMethodDescr_Type)) {
+    auto* descr = reinterpret_cast<PyMethodDescrObject*>(fast);
+    if ((descr->d_method->ml_flags & (kConvention | METH_METHOD | METH_CLASS | METH_STATIC)) == kConvention) {
+      *owner = reinterpret_cast<PyObject*>(PyDescr_TYPE(descr));
+      return invoke_method;
+    }
+  }
+  return nullptr;
+}
+
 PyObject* front_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* front = reinterpret_cast<Front*>(self);
   const auto n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
@@ -613,13 +820,13 @@ PyObject* front_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     if (k == kOther) return PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
     device = device || k == kDevice;
   }
-  if (!device) return PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+  if (!device) return call_fast(front, args, nargsf, kwnames);
   if (front->target < 0 || has_out(kwnames)) return PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
   if (front->memo) {                         // auto's memo: some calls of the op go to the CPU
     const int remembers = PyObject_IsTrue(front->memo);
     if (remembers != 0) return remembers < 0 ? nullptr : PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
   }
-  PyObject* result = PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
+  PyObject* result = call_fast(front, args, nargsf, kwnames);
   if (result || !front->failed) return result;
   return guarded_failure(front, args, nargsf, kwnames);
 }
@@ -650,6 +857,8 @@ PyObject* front_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   new (&front->dtypes) std::bitset<128>();
   front->vectorcall = front_call;
   front->fast = Py_NewRef(fast);
+  front->owner = nullptr;
+  front->invoke = invoker(fast, &front->owner);   // owner borrowed: fast holds it
   front->slow = Py_NewRef(slow);
   front->device = Py_NewRef(device);
   front->target = -1;
@@ -805,6 +1014,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("watch", &Registration::watch, "What the fixes look at on a device call: flags (_gate.Watch), dtypes, numbers' dtypes");
   m.def("gate", &gate, "Register the gate at op's BackendSelect key for device_type");
   m.def("typed_gate", &typed_gate, "Register op's typed gate at BackendSelect for device_type, or None");
+  m.def("backend_gate", &backend_gate,
+        "Register op's gate at device_type's backend key, in place of the kernel there, or None");
   m.attr("Front") = py::handle(front_type());
   m.def("mark_anchored", [](const at::Tensor& view, const at::Tensor& anchor, int64_t offset) {
           record_anchor(view, anchor, offset);
