@@ -735,6 +735,17 @@ Kind kind(const Front* front, PyObject* x, int depth) {
   return kOther;
 }
 
+// kind()'s commonest plain values, tested inline: an int, or an exact CPU strided tensor of
+// a held dtype (a call through kind() for each costs a CPU view about 0.015 us).
+inline bool plain_at_a_glance(PyObject* x) {
+  const PyTypeObject* type = Py_TYPE(x);
+  if (type == &PyLong_Type) return true;
+  if (type != reinterpret_cast<PyTypeObject*>(THPVariableClass)) return false;
+  const auto* impl = THPVariable_Unpack(x).unsafeGetTensorImpl();
+  return impl->is_cpu() && impl->layout() == c10::kStrided &&
+         !special_dtypes.test(static_cast<size_t>(c10::typeMetaToScalarType(impl->dtype())));
+}
+
 // An error of a device call the guard handles: failed(original, args, kwargs, error).
 PyObject* guarded_failure(Front* front, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   if (!PyErr_ExceptionMatches(front->catches)) return nullptr;
@@ -816,6 +827,7 @@ PyObject* front_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
   const auto n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
   bool device = false;
   for (Py_ssize_t i = 0; i < n; ++i) {
+    if (plain_at_a_glance(args[i])) continue;
     const Kind k = kind(front, args[i], 0);
     if (k == kOther) return PyObject_Vectorcall(front->slow, args, nargsf, kwnames);
     device = device || k == kDevice;
