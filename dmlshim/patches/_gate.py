@@ -206,8 +206,8 @@ def register(library: torch.library.Library, op: torch._ops.OpOverload, kernel, 
     ``mode`` allows one (returns its registration: ``destroy()`` it with ``library``), else
     at BackendSelect itself (returns None).  ``always``: every call goes to ``kernel`` (an
     op whose CPU arguments may decide, ``_fft_c2r``'s islands).  ``at_backend``: the gate in
-    place of the device's kernel at its backend key where the op allows one (not a
-    CompositeImplicitAutograd overload the device has no kernel of), else at BackendSelect."""
+    place of the device's kernel at its backend key where the device has a kernel of its
+    own for ``op`` (not a backend fallback or a composite), else at BackendSelect."""
     name = op.name().split("::", 1)[1]
     ext = extension(mode)
     with warnings.catch_warnings():

@@ -780,7 +780,7 @@ bool has_out(PyObject* kwnames) {
 }
 
 // The original, called as CPython's specialized call of a builtin or method descriptor
-// does (no second vectorcall, no recursion check): about a tenth of the front's cost.
+// does (no second vectorcall, no recursion check): a CPU view's front 0.033 -> 0.013 us.
 PyObject* call_fast(Front* front, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   if (front->invoke) return front->invoke(reinterpret_cast<PyObject*>(front), args, nargsf, kwnames);
   return PyObject_Vectorcall(front->fast, args, nargsf, kwnames);
