@@ -506,6 +506,33 @@ def test_floor_division_of_a_known_range_by_a_number_stays_on_the_device(dml_dev
     assert set(host_reads()) == {"aten::floor_divide", "aten::floor_divide_.Tensor"}
 
 
+def test_a_float_derived_length_compared_with_a_known_range_reads_nothing(dml_device, shim_off, host_reads,
+                                                                          assert_parity, assert_differs):
+    """An int64 cast from floats has no span (SeACo-Paraformer's ``token_num.round().long()``);
+    its comparison with a number or an ``arange`` runs as a float32 comparison on the device,
+    exact where the known side lies within 2**24 (the int64 -> float32 cast reads all 64 bits,
+    the int64 comparison 32: docs/defects.md, ``int_range``).  Neither side known: one read,
+    as before."""
+    lengths = torch.tensor([0.0, 0.4, 1.6, 7.0, -7.0, 2.0**31, 3e9, -5e9, 2.0**24 + 3])
+
+    def work(d):
+        x = (lengths.to(d) * 1.0).round().long()               # cast on the device: no span kept
+        steps = torch.arange(8, device=d)
+        return (x < 1, x <= -7, x > 2**24 - 1, x >= torch.tensor(7, device=d),
+                steps[None, :] < x[:, None], x[:, None] >= steps[None, :])
+
+    cpu = work(torch.device("cpu"))
+    assert_differs(work(dml_device)[0].cpu(), cpu[0])          # 2**31 and 3e9 read by 32 bits, raw
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+    got = work(dml_device)
+    assert host_reads() == {}
+    assert_parity(got, cpu)
+    x, y = (lengths.to(dml_device) * 1.0).round().long(), lengths.round().long()
+    assert_parity((x < x.flip(0)).cpu(), y < y.flip(0))
+    assert set(host_reads()) == {"aten::lt.Tensor"}            # two unknown sides: read, then the CPU
+
+
 def test_x_setitem_into_any_integer_tensor_keeps_its_range(dml_device, shim_off, range_reads, assert_parity):
     """``x[x < 0] = 0`` into an int32 tensor: its range the union of its own and the value's,
     kept once the version settles (Fun-ASR-Nano's ``fake_token_len``, then

@@ -135,9 +135,9 @@ _rules((_aten.clone.default, _aten.clamp.default, _aten.clamp_.default, _aten.so
 _rules((_aten.clamp_min.default, _aten.clamp_min_.default, _aten.clamp_max.default, _aten.clamp_max_.default,
         _aten._unique2.default), _unchanged, (0,), BITS32)
 _rules((_aten.maximum.default, _aten.minimum.default), _unchanged, (0, 1), BITS32)
-_COMPARISONS = tuple(getattr(getattr(_aten, name), overload) for name in ("lt", "le", "gt", "ge")
+COMPARISONS = tuple(getattr(getattr(_aten, name), overload) for name in ("lt", "le", "gt", "ge")
                      for overload in ("Scalar", "Tensor"))
-_rules(_COMPARISONS, _unchanged, (0, 1), BITS32)
+_rules(COMPARISONS, _unchanged, (0, 1), BITS32)
 # writes: x[i] = v, x[mask] = v (index_put_), scatter_, masked_scatter_, torch.diag (C++ copy_)
 _rules((_aten._index_put_impl_.default,), put_span, (0, 2), BITS32)
 _rules((_aten.scatter.src, _aten.scatter_.src, _aten.scatter.value, _aten.scatter_.value), _unchanged, (0, 3), BITS32)
@@ -157,7 +157,7 @@ _rules((_aten.sort.values, _aten.sort.values_stable, _aten.topk.values), _unchan
 _rules(tuple(getattr(getattr(_aten, name), "Scalar_out") for name in ("lt", "le", "gt", "ge")),
        _unchanged, (0, 1), BITS32)
 # two tensors: add and mul keep every bit, sub reads int64 by 32 bits, and comparisons too
-_TWO_TENSORS = {op: BITS32 for op in (_aten.sub.Tensor, _aten.sub_.Tensor, _aten.sub.out) + _COMPARISONS}
+_TWO_TENSORS = {op: BITS32 for op in (_aten.sub.Tensor, _aten.sub_.Tensor, _aten.sub.out) + COMPARISONS}
 _EXACT_FOR_TWO = (_aten.add.Tensor, _aten.add_.Tensor, _aten.add.out, _aten.mul.Tensor, _aten.mul_.Tensor,
                   _aten.mul.out)
 

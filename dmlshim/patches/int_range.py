@@ -14,7 +14,8 @@ on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range`
 The fix keeps a call on the device when its values allow it (the laws: ``laws/integers.py``):
 each tensor operand's range, the result's by interval arithmetic; a call leaving the exact
 span runs on the CPU, and so does a floor division, but of a known range by a positive number
-(by truncation: :func:`_floor_by_trunc`).  A range is known without a device read where it
+(by truncation: :func:`_floor_by_trunc`); an int64 comparison with a side known within 2**24
+runs in float32 (:func:`_compared_in_float32`).  A range is known without a device read where it
 can be (a copy from the CPU, a fill, a mask's ``sum``, a result's from its operands'), kept
 beside its tensor (:func:`known_span`, by tensor and version) until a write changes it; only
 an unknown one is read (one sync, a ``range read`` in ``dmlshim.report()``; on the CPU up to
@@ -305,6 +306,10 @@ def _guarded(op, keyset, args, kwargs):
         done = _floor_by_trunc(op, args, kwargs)
         if done is not None:
             return done
+    if keyset is not None and op in integers.COMPARISONS:
+        done = _compared_in_float32(op, args, kwargs)
+        if done is not None:
+            return done
     leaves, span = _assess(op, args, kwargs)
     if leaves:
         return _select.on_cpu(op, args, kwargs)
@@ -360,6 +365,30 @@ def _floor_by_trunc(op, args, kwargs) -> Optional[_select.Done]:
     result = quotient - shift if shift else quotient
     remember(result, (lo // n, hi // n))
     return _select.Done(result)
+
+
+def _compared_in_float32(op, args, kwargs) -> Optional[_select.Done]:
+    """An int64 comparison (``lt``/``le``/``gt``/``ge``) of a device tensor whose span is not
+    known with an integer operand whose span is, within float32's exact integers (-2**24,
+    2**24): both sides cast to float32 and compared on the device, no read.  The real
+    binary's int64 comparison reads 32 bits (``3e9 < 1`` gives True), but its int64 ->
+    float32 cast reads all 64 and rounds to nearest, as the CPU's does (docs/defects.md,
+    ``int_range``): rounding is monotonic and leaves every integer within 2**24 as it is, so
+    ``x < c`` iff ``float(x) < c`` for such a ``c`` (``x <= c - 1`` rounds to at most ``c - 1``,
+    ``x >= c`` to at least ``c``), and so for ``le``, ``gt``, ``ge``, element by element.  None
+    otherwise (both spans known: the law decides; neither: a read).  SeACo-Paraformer's
+    ``torch.max(pre_token_length) < 1`` and ``sequence_mask(ys_in_lens)``: lengths cast from
+    float sums, compared with a number and with an ``arange``."""
+    sides = (args[0], args[1] if len(args) > 1 else kwargs.get("other"))
+    spans = [_unread_span(v) if isinstance(v, torch.Tensor) else integers.host_span(v) for v in sides]
+    if [s is None for s in spans].count(True) != 1:
+        return None
+    unknown = spans.index(None)
+    x, (lo, hi) = sides[unknown], spans[1 - unknown]
+    if x.is_cpu or x.dtype != torch.int64 or not -integers.FLOAT_EXACT < lo <= hi < integers.FLOAT_EXACT:
+        return None
+    floats = [v.float() if isinstance(v, torch.Tensor) else v for v in sides]
+    return _select.Done(op(*floats))
 
 
 def _unread_result_span(op, args, kwargs) -> Optional[Span]:
