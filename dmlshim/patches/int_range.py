@@ -13,13 +13,13 @@ on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range`
 
 The fix keeps a call on the device when its values allow it (the laws: ``laws/integers.py``):
 each tensor operand's range, the result's by interval arithmetic; a call leaving the exact
-span runs on the CPU, and so does a floor division, but of a known range by a positive number
-(by truncation: :func:`_floor_by_trunc`); an int64 comparison with a side known within 2**24
-runs in float32 (:func:`_compared_in_float32`).  A range is known without a device read where it
-can be (a copy from the CPU, a fill, a mask's ``sum``, a result's from its operands'), kept
-beside its tensor (:func:`known_span`, by tensor and version) until a write changes it; only
-an unknown one is read (one sync, a ``range read`` in ``dmlshim.report()``; on the CPU up to
-65536 elements, in float32 on the device beyond).  ``x[i] = v`` past 32 bits becomes
+span runs on the CPU, as does a floor division, but of a known range by a positive number
+(:func:`_floor_by_trunc`); an int64 comparison with a side known within 2**24 runs in float32
+(:func:`_compared_in_float32`).  A range is known without a device read where it can be (a
+copy from the CPU, a fill, a mask's ``sum``, a result's from its operands'), kept beside its
+tensor (:func:`known_span`, by tensor and version) until a write changes it; only an unknown
+one is read (a ``range read`` in ``dmlshim.report()``: on the CPU up to 65536 elements, in
+float32 on the device beyond).  ``x[i] = v`` past 32 bits becomes
 ``index_put_`` of flat positions into the whole tensor.  Not held: writes into such views
 reached otherwise (docs/realdml.md).  No public report; ONNX Runtime's DirectML provider maps
 64-bit integers to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
