@@ -252,10 +252,12 @@ struct Verdict {
   c10::SymInt delta;
 };
 
+// A typed call's self: its first argument where that is a tensor (as_strided's, the views'),
+// else nullptr.
 template <class First, class... Rest>
-at::Tensor first_tensor(const First& first, const Rest&...) {   // as_strided's self
-  if constexpr (std::is_same_v<First, at::Tensor>) return first;
-  else return at::Tensor();
+const at::Tensor* self_of(const First& first, const Rest&...) {
+  if constexpr (std::is_same_v<First, at::Tensor>) return &first;
+  else return nullptr;
 }
 
 template <class... A>
@@ -396,7 +398,7 @@ struct Typed<R(A...)> {
       if constexpr (std::is_same_v<R, at::Tensor>) {
         if (found.delta != 0) {   // as_strided at an offset: the view marked (offset_views)
           auto view = op.redispatch(below, a...);
-          record_anchor(view, first_tensor(a...), found.delta.guard_int(__FILE__, __LINE__));
+          record_anchor(view, *self_of(a...), found.delta.guard_int(__FILE__, __LINE__));
           return view;
         }
       }
@@ -547,12 +549,6 @@ struct InPython {
 };
 thread_local const InPython* InPython::current = nullptr;
 
-template <class First, class... Rest>
-const c10::TensorImpl* self_of(const First& first, const Rest&...) {
-  if constexpr (std::is_same_v<First, at::Tensor>) return first.unsafeGetTensorImpl();
-  else return nullptr;
-}
-
 template <class Sig>
 struct AtBackend;
 
@@ -563,7 +559,8 @@ struct AtBackend<R(A...)> {
     auto op = handle.typed<R(A...)>();
     const size_t id = std::hash<c10::OperatorHandle>{}(handle);
     return torch::CppFunction([op, replaced, id, target, watch](DispatchKeySet ks, A... a) -> R {
-      const auto* self = self_of(a...);
+      const auto* first = self_of(a...);
+      const auto* self = first ? first->unsafeGetTensorImpl() : nullptr;
       if (InPython::below(id, self)) return replaced.template call<R, A...>(op, ks, a...);
       const auto found = verdict(*watch, target, ks, a...);
       if (found.python) {
@@ -573,7 +570,7 @@ struct AtBackend<R(A...)> {
       if constexpr (std::is_same_v<R, at::Tensor>) {
         if (found.delta != 0) {   // as_strided at an offset: the view marked (offset_views)
           auto view = replaced.template call<R, A...>(op, ks, a...);
-          record_anchor(view, first_tensor(a...), found.delta.guard_int(__FILE__, __LINE__));
+          record_anchor(view, *self_of(a...), found.delta.guard_int(__FILE__, __LINE__));
           return view;
         }
       }
