@@ -148,9 +148,11 @@ def _read(value: torch.Tensor, op) -> Span:
     return span
 
 
-def _unread_span(t: torch.Tensor) -> Optional[Span]:
-    """``t``'s span where it costs no device read: computed for a CPU tensor, kept for a
-    device one (:func:`known_span`); else None."""
+def _unread_span(t) -> Optional[Span]:
+    """``t``'s span where it costs no device read: computed for a CPU tensor or a number
+    (``laws.integers.host_span``), kept for a device tensor (:func:`known_span`); else None."""
+    if not isinstance(t, torch.Tensor):
+        return integers.host_span(t)
     return _span(t) if t.is_cpu else known_span(t)
 
 
@@ -380,7 +382,7 @@ def _compared_in_float32(op, args, kwargs) -> Optional[_select.Done]:
     ``torch.max(pre_token_length) < 1`` and ``sequence_mask(ys_in_lens)``: lengths cast from
     float sums, compared with a number and with an ``arange``."""
     sides = (args[0], args[1] if len(args) > 1 else kwargs.get("other"))
-    spans = [_unread_span(v) if isinstance(v, torch.Tensor) else integers.host_span(v) for v in sides]
+    spans = [_unread_span(v) for v in sides]
     if [s is None for s in spans].count(True) != 1:
         return None
     unknown = spans.index(None)
@@ -403,7 +405,7 @@ def _unread_result_span(op, args, kwargs) -> Optional[Span]:
     spans = []
     for i in rule[1]:
         value = args[i] if i < len(args) else None
-        found = _unread_span(value) if isinstance(value, torch.Tensor) else integers.host_span(value)
+        found = _unread_span(value)
         if found is None:
             return None
         spans.append(found)
