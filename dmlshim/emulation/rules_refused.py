@@ -620,9 +620,9 @@ def dml_triangle_mask(shape, diagonal: int, upper: bool) -> torch.Tensor:
     return ~_diagonals(d, diagonal + 1, end)
 
 
-def _written_as(rule, op, value):
-    """``rule`` bound to ``op``: its replace computes ``value(*args, **kwargs)`` on CPU aliases
-    and writes it as ``op`` does (in place into ``self``, into ``out``, or returned)."""
+def _writer(op, value):
+    """A kernel computing ``value(*args, **kwargs)`` on CPU aliases and writing it as ``op``
+    does (in place into ``self``, into ``out``, or returned)."""
     in_place = op._schema.name.endswith("_")
 
     def kernel(*args, out=None, **kwargs):
@@ -630,6 +630,13 @@ def _written_as(rule, op, value):
         if in_place:
             return args[0].copy_(result)
         return result if out is None else out.resize_(result.shape).copy_(result)
+    return kernel
+
+
+def _written_as(rule, op, value):
+    """``rule`` bound to ``op``: its replace computes ``value(*args, **kwargs)`` on CPU aliases
+    and writes it as ``op`` does (:func:`_writer`)."""
+    kernel = _writer(op, value)
 
     def replace(*args, **kwargs):
         return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
@@ -656,16 +663,20 @@ def _dml_integers(rule, op):
     """The real binary's integer arithmetic (``laws/integers.py``), where the values leave
     the span it keeps exact: int64 operands by their low 32 bits, then, for the float32 law,
     the op in float32 (floor division by a number as ``floor(x * (1/n))``) and the result
-    saturated to int32's range (a narrower dtype's own)."""
-    def when(*args, **kwargs):
-        return integers.outside(op, tuple(_backend.host(a) for a in args), kwargs)
+    saturated to int32's range (a narrower dtype's own).  The law is the device arguments':
+    a 0-dim device tensor is a tensor there (``x + torch.full((), n)`` keeps every bit,
+    measured), where its CPU alias would pass for a number (``integers.is_number``)."""
+    def hosted_span(value, op=None):
+        return integers.host_span(_backend.host(value))
 
-    # an out= overload's ``out`` (``_written_as`` takes it): a fresh one, of the dtype computed in
+    def when(*args, **kwargs):
+        return integers.outside(op, args, kwargs, hosted_span)
+
+    # an out= overload's ``out`` (``_writer`` takes it): a fresh one, of the dtype computed in
     takes_out = [a.name for a in op._schema.arguments if a.is_out] == ["out"]
     compares = op._schema.name.split("::")[1] in ("lt", "le", "gt", "ge")
 
-    def value(*args, **kwargs):
-        law = integers.law_of(op, args)
+    def value(law, by_number, *args, **kwargs):
         args = tuple(_low32(a) for a in args)
         dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
         if law == integers.BITS32:
@@ -673,12 +684,18 @@ def _dml_integers(rule, op):
             return op(*args, **kwargs, **out)
         info = torch.iinfo(torch.int32 if dtype == torch.int64 else dtype)
         floats = tuple(a.float() if isinstance(a, torch.Tensor) else a for a in args)
-        if integers.floor_division(op, args, kwargs) and integers.is_number(args[1]):   # x times 1/n
+        if by_number:                                                   # x times 1/n
             reciprocal = 1 / torch.as_tensor(floats[1], dtype=torch.float32)
             return torch.floor(floats[0] * reciprocal).double().clamp(info.min, info.max).to(dtype)
         out = dict(out=torch.empty(0)) if takes_out else {}
         return op(*floats, **kwargs, **out).double().clamp(info.min, info.max).to(dtype)
-    return dataclasses.replace(_written_as(rule, op, value), when=when)
+
+    def replace(*args, **kwargs):
+        law = integers.law_of(op, args)
+        by_number = integers.floor_division(op, args, kwargs) and integers.is_number(args[1])
+        kernel = _writer(op, functools.partial(value, law, by_number))
+        return _backend.run_on_cpu(op, args, kwargs, kernel=kernel)
+    return dataclasses.replace(rule, replace=replace, bind=None, when=when)
 
 
 def _int64_copy_past_32_bits(self, src, *_, **__):

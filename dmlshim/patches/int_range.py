@@ -11,18 +11,18 @@ on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range`
   writes: ``index_put_`` (accumulate too), ``scatter_``, ``masked_scatter_``, ``fill_``/
   ``copy_`` into a view with an offset (``x[1:3] = v``, ``torch.diag``), even from the CPU.
 
-The fix keeps a call on the device when its values allow it (the laws: ``laws/integers.py``):
-each tensor operand's range, the result's by interval arithmetic; a call leaving the exact
-span runs on the CPU, as does a floor division, but of a known range by a positive number
-(:func:`_floor_by_trunc`); an int64 comparison with a side known within 2**24 runs in float32
-(:func:`_compared_in_float32`).  A range is known without a device read where it can be (a
-copy from the CPU, a fill, a mask's ``sum``, a result's from its operands'), kept beside its
-tensor (:func:`known_span`, by tensor and version) until a write changes it; only an unknown
-one is read (a ``range read`` in ``dmlshim.report()``: on the CPU up to 65536 elements, in
-float32 on the device beyond).  ``x[i] = v`` past 32 bits becomes
-``index_put_`` of flat positions into the whole tensor.  Not held: writes into such views
-reached otherwise (docs/realdml.md).  No public report; ONNX Runtime's DirectML provider maps
-64-bit integers to strided 32-bit ones (``DmlOperator.cpp``, ``Remap64bitDmlDataTypesTo32bit``).
+The fix keeps a call on the device when its values allow (``laws/integers.py``): each
+operand's range, the result's by interval arithmetic; a call leaving the exact span runs on
+the CPU, but int32/int64 ``x + n``, ``x - n``, ``x * n`` (the number a 0-dim device tensor:
+:func:`_number_as_a_tensor`), a floor division of a known range by a positive number
+(:func:`_floor_by_trunc`) and an int64 comparison with a side known within 2**24
+(:func:`_compared_in_float32`).  A range is known without a read where it can be (a copy
+from the CPU, a fill, a mask's ``sum``, its operands'), kept beside its tensor
+(:func:`known_span`, by tensor and version) until a write changes it; only an unknown one is
+read (a ``range read`` in ``dmlshim.report()``: on the CPU up to 65536 elements, in float32 on
+the device beyond).  ``x[i] = v`` past 32 bits becomes ``index_put_`` of flat positions into
+the whole tensor; writes into such views reached otherwise are not held (docs/realdml.md).
+No public report; ONNX Runtime's DirectML provider reads int64 as strided int32 (``Remap64bit``).
 """
 from __future__ import annotations
 
@@ -148,9 +148,10 @@ def _read(value: torch.Tensor, op) -> Span:
     return span
 
 
-def _unread_span(t) -> Optional[Span]:
+def _unread_span(t, op=None) -> Optional[Span]:
     """``t``'s span where it costs no device read: computed for a CPU tensor or a number
-    (``laws.integers.host_span``), kept for a device tensor (:func:`known_span`); else None."""
+    (``laws.integers.host_span``), kept for a device tensor (:func:`known_span`); else None.
+    ``op``: unused (``laws.integers.assess`` measures with it)."""
     if not isinstance(t, torch.Tensor):
         return integers.host_span(t)
     return _span(t) if t.is_cpu else known_span(t)
@@ -312,6 +313,10 @@ def _guarded(op, keyset, args, kwargs):
         done = _compared_in_float32(op, args, kwargs)
         if done is not None:
             return done
+    if op in _WITH_A_NUMBER:                   # the net's mul too (keyset None)
+        done = _number_as_a_tensor(op, args, kwargs)
+        if done is not None:
+            return done
     leaves, span = _assess(op, args, kwargs)
     if leaves:
         return _select.on_cpu(op, args, kwargs)
@@ -391,6 +396,46 @@ def _compared_in_float32(op, args, kwargs) -> Optional[_select.Done]:
         return None
     floats = [v.float() if isinstance(v, torch.Tensor) else v for v in sides]
     return _select.Done(op(*floats))
+
+
+# x + n, x - n, x * n (and in place): op -> the two-tensor call and the number's sign
+_WITH_A_NUMBER = {_aten.add.Tensor: (torch.add, 1), _aten.add.Scalar: (torch.add, 1),
+                  _aten.sub.Tensor: (torch.add, -1), _aten.sub.Scalar: (torch.add, -1),
+                  _aten.mul.Tensor: (torch.mul, 1), _aten.mul.Scalar: (torch.mul, 1),
+                  _aten.add_.Tensor: (torch.Tensor.add_, 1), _aten.add_.Scalar: (torch.Tensor.add_, 1),
+                  _aten.sub_.Tensor: (torch.Tensor.add_, -1), _aten.sub_.Scalar: (torch.Tensor.add_, -1),
+                  _aten.mul_.Tensor: (torch.Tensor.mul_, 1), _aten.mul_.Scalar: (torch.Tensor.mul_, 1)}
+_IN_PLACE_WITH_A_NUMBER = {op for op in _WITH_A_NUMBER if op._schema.name.endswith("_")}
+
+
+def _number_as_a_tensor(op, args, kwargs) -> Optional[_select.Done]:
+    """``x + n``, ``x - n``, ``x * n`` of an int32 or int64 device tensor and an integral
+    number, where the law would read or leave the device (``x``'s span unknown, or the
+    result's past 2**24): the number as a 0-dim device tensor (``torch.full``) and the two
+    tensors added or multiplied on the device, no read.  The real binary computes an integer
+    op with a number in float32, but two tensors with every bit, wrapping at the dtype's
+    bounds as the CPU does (measured there for int32 and int64: ``2**63 - 1 + 1``, ``2**40 +
+    5 - 1``, ``46341 * 46341``; docs/defects.md, ``int_range``).  The two-tensor call keeps
+    its result's span where ``x``'s is known.  None otherwise: the law decides.
+    SeACo-Paraformer's CIF: ``max_label_len - l.size(0)``."""
+    x, n = args[0], (args[1] if len(args) > 1 else kwargs.get("other"))
+    alpha = kwargs.get("alpha", 1)
+    if not isinstance(x, torch.Tensor) or x.is_cpu or x.dtype not in (torch.int32, torch.int64) \
+            or not integers.is_number(n) or type(alpha) is not int:
+        return None
+    if op in _IN_PLACE_WITH_A_NUMBER and (x.storage_offset() or not x.is_contiguous()):
+        return None                                # a write into a view: the law's way, as before
+    if isinstance(n, torch.Tensor):
+        if not integral(n.dtype) or torch.result_type(x, n) != x.dtype:
+            return None
+        n = n.item()                               # a CPU number: no device read
+    call, sign = _WITH_A_NUMBER[op]
+    number = n if call in (torch.mul, torch.Tensor.mul_) else sign * alpha * n
+    info = torch.iinfo(x.dtype)
+    if type(n) is not int or not info.min <= number <= info.max \
+            or (known_span(x) is not None and not integers.outside(op, args, kwargs, _unread_span)):
+        return None
+    return _select.Done(call(x, torch.full((), number, dtype=x.dtype, device=x.device)))
 
 
 def _unread_result_span(op, args, kwargs) -> Optional[Span]:
