@@ -22,9 +22,11 @@ REMOVED = ("The GPU device instance has been suspended. Use GetDeviceRemovedReas
 
 @pytest.fixture
 def shim(dml_device):
-    """activate(fallback=...) for one test; everything undone afterwards."""
+    """activate(fallback=...) for one test, fresh stats (an earlier file's rows kept in the
+    report would count here); everything undone afterwards."""
     def start(fallback="auto"):
         dmlshim.activate(fallback=fallback)
+        dmlshim.trace.reset()
         return dml_device
 
     auto.forget()
