@@ -14,7 +14,7 @@ on the real torch-directml 0.2.5 binary (measured: docs/defects.md, ``int_range`
 The fix keeps a call on the device when its values allow (``laws/integers.py``): each
 operand's range, the result's by interval arithmetic; a call leaving the exact span runs on
 the CPU, but int32/int64 ``x + n``, ``x - n``, ``x * n`` (the number a 0-dim device tensor:
-:func:`_number_as_a_tensor`), a floor division of a known range by a positive number
+:func:`_as_two_tensors`), a floor division of a known range by a positive number
 (:func:`_floor_by_trunc`) and an int64 comparison with a side known within 2**24
 (:func:`_compared_in_float32`).  A range is known without a read where it can be (a copy
 from the CPU, a fill, a mask's ``sum``, its operands'), kept beside its tensor
@@ -313,13 +313,13 @@ def _guarded(op, keyset, args, kwargs):
         done = _compared_in_float32(op, args, kwargs)
         if done is not None:
             return done
-    if op in _WITH_A_NUMBER:                   # the net's mul too (keyset None)
-        done = _number_as_a_tensor(op, args, kwargs)
-        if done is not None:
-            return done
-    leaves, span = _assess(op, args, kwargs)
+    number = _number_of(op, args, kwargs)       # the net's mul too (keyset None)
+    if number is not None and known_span(args[0]) is None:
+        return _as_two_tensors(op, args[0], number)
+    # with a number: a bound kept is enough (two tensors hold what it leaves), no exact read
+    leaves, span = _assess(op, args, kwargs) if number is None else integers.assess(op, args, kwargs, _span)
     if leaves:
-        return _select.on_cpu(op, args, kwargs)
+        return _select.on_cpu(op, args, kwargs) if number is None else _as_two_tensors(op, args[0], number)
     if span is None and op not in _SORTS:
         span = _unread_result_span(op, args, kwargs)
     if keyset is None or op in _NOT_A_BOUND or (span is None and op not in _SORTS):
@@ -408,33 +408,39 @@ _WITH_A_NUMBER = {_aten.add.Tensor: (torch.add, 1), _aten.add.Scalar: (torch.add
 _IN_PLACE_WITH_A_NUMBER = {op for op in _WITH_A_NUMBER if op._schema.name.endswith("_")}
 
 
-def _number_as_a_tensor(op, args, kwargs) -> Optional[_select.Done]:
-    """``x + n``, ``x - n``, ``x * n`` of an int32 or int64 device tensor and an integral
-    number, where the law would read or leave the device (``x``'s span unknown, or the
-    result's past 2**24): the number as a 0-dim device tensor (``torch.full``) and the two
-    tensors added or multiplied on the device, no read.  The real binary computes an integer
-    op with a number in float32, but two tensors with every bit, wrapping at the dtype's
-    bounds as the CPU does (measured there for int32 and int64: ``2**63 - 1 + 1``, ``2**40 +
-    5 - 1``, ``46341 * 46341``; docs/defects.md, ``int_range``).  The two-tensor call keeps
-    its result's span where ``x``'s is known.  None otherwise: the law decides.
-    SeACo-Paraformer's CIF: ``max_label_len - l.size(0)``."""
+def _number_of(op, args, kwargs) -> Optional[int]:
+    """The number of ``x + n``, ``x - n``, ``x * n`` (``-alpha * n`` for ``sub``) where ``x`` is
+    an int32 or int64 device tensor and two tensors can compute it (:func:`_as_two_tensors`):
+    ``n`` an integral number within the dtype, an in-place ``x`` no view with an offset or
+    strides (a write there keeps the law's way); else None."""
+    if op not in _WITH_A_NUMBER:
+        return None
     x, n = args[0], (args[1] if len(args) > 1 else kwargs.get("other"))
     alpha = kwargs.get("alpha", 1)
     if not isinstance(x, torch.Tensor) or x.is_cpu or x.dtype not in (torch.int32, torch.int64) \
             or not integers.is_number(n) or type(alpha) is not int:
         return None
     if op in _IN_PLACE_WITH_A_NUMBER and (x.storage_offset() or not x.is_contiguous()):
-        return None                                # a write into a view: the law's way, as before
+        return None
     if isinstance(n, torch.Tensor):
         if not integral(n.dtype) or torch.result_type(x, n) != x.dtype:
             return None
         n = n.item()                               # a CPU number: no device read
     call, sign = _WITH_A_NUMBER[op]
-    number = n if call in (torch.mul, torch.Tensor.mul_) else sign * alpha * n
+    number = n if call is torch.mul or call is torch.Tensor.mul_ else sign * alpha * n
     info = torch.iinfo(x.dtype)
-    if type(n) is not int or not info.min <= number <= info.max \
-            or (known_span(x) is not None and not integers.outside(op, args, kwargs, _unread_span)):
-        return None
+    return number if type(n) is int and info.min <= number <= info.max else None
+
+
+def _as_two_tensors(op, x: torch.Tensor, number: int) -> _select.Done:
+    """``x + n``, ``x - n``, ``x * n`` whose range is unknown or leaves float32's exact span:
+    the number as a 0-dim device tensor (``torch.full``) and the two tensors added or
+    multiplied on the device, no read.  The real binary computes an integer op with a number
+    in float32, but two tensors with every bit, wrapping at the dtype's bounds as the CPU does
+    (measured there for int32 and int64: ``2**63 - 1 + 1``, ``2**40 + 5 - 1``, ``46341 *
+    46341``; docs/defects.md, ``int_range``).  The two-tensor call keeps its result's span
+    where ``x``'s is known.  SeACo-Paraformer's CIF: ``max_label_len - l.size(0)``."""
+    call = _WITH_A_NUMBER[op][0]
     return _select.Done(call(x, torch.full((), number, dtype=x.dtype, device=x.device)))
 
 
