@@ -204,6 +204,8 @@ def test_a_number_with_an_unknown_range_reads_nothing(dml_device, shim_off, host
 
     cpu = work(torch.device("cpu"))
     assert_differs(work(dml_device)[0].cpu(), cpu[0])
+    raw = (int32s.to(dml_device) * 1.0).int()            # raw, a 0-dim device tensor is exact
+    assert_parity(raw + torch.full((), -3, dtype=torch.int32, device=dml_device), cpu[0])
     dmlshim.activate(fallback="known")
     dmlshim.trace.reset()
     got = work(dml_device)
