@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import trace
 from . import _select
 from .dispatcher import Done, below
 
@@ -16,7 +17,9 @@ _aten = torch.ops.aten
 def _as_bool(op, keyset, args, kwargs):
     if args[0].dtype != torch.bool:
         return None
-    return Done(op.redispatch(below(keyset), *args, **kwargs).to(torch.bool))    # no copy if bool
+    with trace.own():                             # the op itself: its time the call's own
+        result = op.redispatch(below(keyset), *args, **kwargs)
+    return Done(result.to(torch.bool))            # no copy if bool
 
 
 _kernels = _select.Kernels({_aten.max.default: _as_bool, _aten.min.default: _as_bool})

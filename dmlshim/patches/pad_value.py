@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import ranges
+from .. import ranges, trace
 from ..laws import integers
 from . import _select
 from .dispatcher import Done, below
@@ -26,8 +26,10 @@ def _value_kept(op, keyset, args, kwargs):
         return _select.on_cpu(op, args, kwargs)
     if value == 0:                    # what every call the fix makes pads with: nothing to do
         return None
-    padded = op.redispatch(below(keyset), x, pad, 0)
-    inside = op.redispatch(below(keyset), torch.ones_like(x, dtype=torch.bool), pad, 0)
+    with trace.own():                             # the op itself: its time the call's own
+        padded = op.redispatch(below(keyset), x, pad, 0)
+    with trace.substitute():                      # where the value goes, another pad
+        inside = op.redispatch(below(keyset), torch.ones_like(x, dtype=torch.bool), pad, 0)
     span = ranges.known_span(x)          # integer ids padded with an id keep a range, no read
     ranges.remember(padded, integers.union([span, (0, 0)]))
     result = padded.masked_fill(inside.logical_not(), value)
