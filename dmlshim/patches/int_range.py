@@ -561,9 +561,10 @@ def _copy(func, args, kwargs):
 def past_32_bits(value) -> bool:
     """An int64 tensor or a Python int past the span the 32-bit law keeps (device tensors
     measured by :func:`_span`)."""
-    if integers.past_32_bits(value, _span) and _bounded((value,)):
+    past = integers.past_32_bits(value, _span)
+    if past and _bounded((value,)):
         return integers.past_32_bits(value, _exact_span)
-    return integers.past_32_bits(value, _span)
+    return past
 
 
 def _on_host(index):
@@ -580,11 +581,11 @@ def _setitem(func, args, kwargs):
     the CPU too), which a slice or a single place is.  Written as ``index_put_`` of the places'
     flat positions into the whole tensor (held above: on the CPU, written back whole)."""
     self, index, value = args
+    written = _operand_span(value)
     if self.dtype != torch.int64 or self._base is not None or not self.is_contiguous() \
-            or not past_32_bits(value):
+            or (written is not None and _within_32_bits(written)) or not past_32_bits(value):
         if type(value) is int and self.dtype == torch.int64:   # copied over, its range known:
             value = torch.tensor(value, dtype=self.dtype).to(self.device)   # torch's own is not
-        written = _operand_span(value)
         after = integers.union([known_span(self), written])
         base, key, before = _region_of(self, index)
         func(self, index, value)
@@ -599,6 +600,15 @@ def _setitem(func, args, kwargs):
     values = value.to(self.device).expand(places.shape).reshape(-1)
     self.view(-1).index_put_((places.reshape(-1).to(self.device),), values)
     return "flat index_put_", None
+
+
+_INT32 = integers.refused(torch.int64, integers.BITS32)      # the 32-bit law's exact span, open
+
+
+def _within_32_bits(span: Span) -> bool:
+    """Every value of ``span`` is one the 32-bit law keeps (:func:`past_32_bits`'s answer,
+    known without measuring again)."""
+    return _INT32[0] < span[0] and span[1] < _INT32[1]
 
 
 def _offset_of(t: torch.Tensor) -> Optional[int]:
