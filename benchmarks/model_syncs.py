@@ -7,9 +7,9 @@ Each model runs on the emulated DirectML device (random weights as examples/zoo.
 them, Whisper with the real tiny.en weights: examples/whisper_weights.py) once to warm up
 with ``dmlshim.activate()``, then in the steady state:
 
-* **device ops / CPU ops**: aten calls with a tensor on the device, counted by a
-  ``TorchDispatchMode`` in a run of their own; CPU ops: the calls dmlshim ran on the CPU
-  (``report()`` rows' ``cpu`` and ``island`` actions);
+* **device ops / CPU ops**: aten calls with a tensor on the device, counted by
+  ``dmlshim.trace.counting()`` in a run of their own; CPU ops: the calls dmlshim ran on the
+  CPU (``report()`` rows' ``cpu`` and ``island`` actions);
 * **syncs**: device-to-host reads, the model's own code's and dmlshim's
   (``report().syncs``), with dmlshim's ops;
 * **bytes moved**: what dmlshim copied host-to-device / device-to-host (``report()`` rows);
@@ -53,7 +53,6 @@ import torchvision_ops  # noqa: E402  (this repo's CI only; no-op elsewhere)
 torchvision_ops.apply()
 
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import dmlshim  # noqa: E402
 from dmlshim import emulation  # noqa: E402
@@ -107,21 +106,6 @@ def models(cache):
     ]
 
 
-class DeviceOps(TorchDispatchMode):
-    """Counts aten calls with a tensor on the device among their arguments or results."""
-
-    def __init__(self, device_type):
-        super().__init__()
-        self.device_type, self.count = device_type, 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        from dmlshim.trace import tensors_in
-        if any(t.device.type == self.device_type for t in tensors_in((args, kwargs or {}, out))):
-            self.count += 1
-        return out
-
-
 def seconds(run, repeat):
     times = []
     for _ in range(repeat):
@@ -147,8 +131,7 @@ def measure(name, setup, device, repeat, baseline):
         shim = seconds(run, 1)
         report = dmlshim.report()
         shim = statistics.median([shim] + [seconds(run, 1) for _ in range(repeat - 1)])
-        counter = DeviceOps(device.type)
-        with counter, zoo.quiet():
+        with dmlshim.trace.counting(device.type) as counter, zoo.quiet():
             run()
     finally:
         dmlshim.deactivate()
@@ -158,12 +141,12 @@ def measure(name, setup, device, repeat, baseline):
     syncs = {who: sum(c["reads"] for c in ops.values()) for who, ops in report.syncs.items()}
     ops = ", ".join(f"`{op}` {c['reads']}" for op, c in sorted(report.syncs["dmlshim"].items(),
                                                                key=lambda x: -x[1]["reads"]))
-    added = (f"{(shim - base) / counter.count * 1e6:.1f} ({shim:.2f} s − {base:.2f} s, {shim / base:.2f}x"
+    added = (f"{(shim - base) / counter.device * 1e6:.1f} ({shim:.2f} s − {base:.2f} s, {shim / base:.2f}x"
              + (f"; {note})" if note else ")") if base is not None else f"{note}; {shim:.2f} s with dmlshim")
     totals = report.totals
-    overhead = (f"{totals['overhead'] / counter.count * 1e6:.1f} (substitute "
-                f"{totals['substitute'] / counter.count * 1e6:.1f})") if counter.count else ""
-    return {"model": name, "device ops": counter.count, "CPU ops": cpu_ops,
+    overhead = (f"{totals['overhead'] / counter.device * 1e6:.1f} (substitute "
+                f"{totals['substitute'] / counter.device * 1e6:.1f})") if counter.device else ""
+    return {"model": name, "device ops": counter.device, "CPU ops": cpu_ops,
             "syncs: the model's": syncs["model"],
             "syncs: dmlshim's": f"{syncs['dmlshim']}" + (f" ({ops})" if ops else ""),
             "bytes moved by dmlshim (h2d / d2h)": f"{timing_bytes(sum(r['h2d'] for r in rows))} / "

@@ -293,6 +293,51 @@ def register_cache(name: str, sizer: Callable[[], "tuple[int, int]"]) -> None:
     _caches[name] = sizer
 
 
+# --------------------------------------------------------------------------- counting
+
+_counted: Counter = Counter()      # counting()'s totals since reset(): "device", "cpu"
+
+
+def _cpu_calls() -> int:
+    """The calls dmlshim has run on the CPU so far (``cpu`` and ``island`` actions)."""
+    with _lock:
+        return sum(s.actions["cpu"] + s.actions["island"] for s in _stats.values())
+
+
+def counting(device_type: str = "privateuseone"):
+    """``with dmlshim.trace.counting() as ops:`` counts the aten calls made inside: ``ops.device``
+    those with a tensor on ``device_type`` among their arguments or results (dmlshim's own
+    included), ``ops.cpu`` the calls dmlshim ran on the CPU instead (``cpu`` and ``island``
+    actions); both are added to :func:`report`'s ``ops``.  A ``TorchDispatchMode``: every call
+    inside pays its Python (microseconds), so it is for a measuring run, not a timed one
+    (``benchmarks/model_syncs.py`` counts in a run of its own)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpCounter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.device, self.cpu, self._cpu_before = 0, 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if any(t.device.type == device_type for t in tensors_in((args, kwargs or {}, out))):
+                self.device += 1
+            return out
+
+        def __enter__(self):
+            self._cpu_before = _cpu_calls()
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            done = super().__exit__(*exc)
+            self.cpu = _cpu_calls() - self._cpu_before
+            with _lock:
+                _counted["device"] += self.device
+                _counted["cpu"] += self.cpu
+            return done
+    return OpCounter()
+
+
 # --------------------------------------------------------------------------- report
 
 class Report:
@@ -304,12 +349,16 @@ class Report:
     ``substitute`` and ``overhead`` (seconds; module docstring), ``h2d``/``d2h`` (bytes).
     ``passed``: ``{op: {"calls", "seconds"}}``, dmlshim's Python kernels that looked at a
     device call and passed it through (no row): their time is overhead too.  ``totals``:
-    :func:`totals` of both; each second is counted once."""
+    :func:`totals` of both; each second is counted once.  ``ops``: the aten calls
+    :func:`counting` counted (``{"device", "cpu"}``), empty where none ran."""
 
     def __init__(self, rows: List[dict], caches: Dict[str, dict], defects: Optional[dict] = None,
-                 syncs: Optional[Dict[str, Dict[str, dict]]] = None, passed: Optional[Dict[str, dict]] = None):
+                 syncs: Optional[Dict[str, Dict[str, dict]]] = None, passed: Optional[Dict[str, dict]] = None,
+                 ops: Optional[Dict[str, int]] = None):
         self.rows = rows
         self.passed = passed or {}
+        # aten calls counted by counting(): {"device": n, "cpu": m}, empty if none ran
+        self.ops = ops or {}
         self.caches = caches
         self.defects = defects            # dmlshim.probing.Detection.to_dict() of activate()
         # device-to-host reads: {"model": {op: {"reads", "bytes"}}, "dmlshim": {...}}
@@ -323,11 +372,11 @@ class Report:
 
     def to_dict(self) -> dict:
         return {"ops": self.rows, "totals": self.totals, "passed": self.passed, "caches": self.caches,
-                "defects": self.defects, "syncs": self.syncs}
+                "defects": self.defects, "syncs": self.syncs, "counted": self.ops}
 
     def brief(self) -> "Report":
         """The same counts without the table of probed defects (the examples' default)."""
-        return Report(self.rows, self.caches, None, self.syncs, self.passed)
+        return Report(self.rows, self.caches, None, self.syncs, self.passed, self.ops)
 
     def __str__(self) -> str:
         lines = table_lines(STAT_HEAD, [stat_cells(r) for r in self.rows])
@@ -336,6 +385,9 @@ class Report:
         if self.rows or self.passed:
             lines.append(total_line(self.totals))
         lines += sync_lines(self.syncs)
+        if self.ops:
+            lines.append(f"aten calls counted (trace.counting): {self.ops['device']} on the device, "
+                         f"{self.ops['cpu']} run on the CPU by dmlshim")
         lines += cache_lines(self.caches)
         if self.defects is not None:
             lines += defect_lines(self.defects)
@@ -438,13 +490,14 @@ def report() -> Report:
         for (who, op), (reads, size) in _syncs.items():
             syncs[who][op] = {"reads": reads, "bytes": size}
         passed = {op: {"calls": n, "seconds": s} for op, (n, s) in _passed.items() if n}
+        ops = dict(_counted)
     rows.sort(key=lambda r: r["seconds"], reverse=True)
     caches = {}
     for name, sizer in list(_caches.items()):
         tensors, size = sizer()
         caches[name] = {"tensors": tensors, "bytes": size}
     detection = last_detection()
-    return Report(rows, caches, None if detection is None else detection.to_dict(), syncs, passed)
+    return Report(rows, caches, None if detection is None else detection.to_dict(), syncs, passed, ops)
 
 
 # () -> the last probing.Detection or None; dmlshim.probing installs its own on import
@@ -457,6 +510,7 @@ def reset() -> None:
     with _lock:
         _stats.clear()
         _syncs.clear()
+        _counted.clear()
         for counter in _passed.values():
             counter[0], counter[1] = 0, 0.0
 

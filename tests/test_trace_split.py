@@ -265,3 +265,25 @@ def test_a_fix_running_the_op_itself_counts_it_as_own(dml_device):
     row = _rows()["aten::native_batch_norm"]
     _assert_parts(row)
     assert row["actions"] == {"coerce": 1} and row["own"] > 0, row
+
+
+def test_counting_gives_the_device_and_cpu_calls(dml_device):
+    """``trace.counting()`` counts the aten calls with a device tensor and those dmlshim ran
+    on the CPU (an LSTM's island), and ``report()`` shows both (issue 38, item 4)."""
+    a, b = torch.randn(4).to(dml_device), torch.randn(4).to(dml_device)
+    lstm = torch.nn.LSTM(4, 4).to(dml_device)
+    x = torch.randn(3, 1, 4).to(dml_device)
+    dmlshim.activate(fallback="known")
+    trace.reset()
+    with trace.counting() as ops:
+        a + b
+        torch.ones(3) * 2                           # a CPU call: not counted
+    assert (ops.device, ops.cpu) == (1, 0)
+    with torch.no_grad(), trace.counting() as more:
+        lstm(x)
+    assert more.device >= 1 and more.cpu == 1      # aten::lstm on the CPU, its copies on the device
+    report = dmlshim.report()
+    assert report.ops == {"device": 1 + more.device, "cpu": 1} == report.to_dict()["counted"]
+    assert f"aten calls counted (trace.counting): {1 + more.device} on the device, 1 run on the CPU" in str(report)
+    trace.reset()
+    assert dmlshim.report().ops == {}
