@@ -298,6 +298,21 @@ _NOT_A_BOUND = {_aten.clamp.default, _aten.clamp_.default, _aten.clamp_min.defau
                 _aten.clamp_max.default, _aten.clamp_max_.default, _aten.diag_embed.default}
 
 
+def _out_forms(op) -> tuple:
+    """The ``out=`` overloads :data:`RULES` holds of ``op``'s name (``add``'s for ``add.Tensor``
+    and ``add_.Tensor``): where the real binary's functional kernel writes its result."""
+    name = op._schema.name.rstrip("_")
+    return tuple(o for o in RULES if o is not op and o._schema.name == name
+                 and any(a.is_out for a in o._schema.arguments))
+
+
+_OUT_FORMS = {op: _out_forms(op) for op in RULES}
+# the functional call _guarded is passing on: its kernel's call of the op's out= overload,
+# whose operands that call measured already, passes at once (the real binary's sub.Tensor
+# reaches sub.out: each integer op would pay the Python twice)
+_PASSING: contextvars.ContextVar = contextvars.ContextVar("dmlshim_int_range_passing", default=None)
+
+
 @_gate.watching(lambda op: _gate.ALWAYS if op in _SORTS else _gate.Watch(dtypes=_gate.INTEGERS))
 def _guarded(op, keyset, args, kwargs):
     """The call on the CPU when its values leave the exact span, else on the device, its
@@ -305,6 +320,9 @@ def _guarded(op, keyset, args, kwargs):
     tensors added), its operands' known ones; ``sort``/``topk`` indices from the shape; an
     integer floor division of a known span by a positive number by truncation
     (:func:`_floor_by_trunc`)."""
+    passing = _PASSING.get()
+    if passing is not None and op in _OUT_FORMS[passing]:
+        return None
     if keyset is not None and integers.floor_division(op, args, kwargs):
         done = _floor_by_trunc(op, args, kwargs)
         if done is not None:
@@ -324,7 +342,11 @@ def _guarded(op, keyset, args, kwargs):
         span = _unread_result_span(op, args, kwargs)
     if keyset is None or op in _NOT_A_BOUND or (span is None and op not in _SORTS):
         return None
-    result = _select.pass_on(op, keyset, args, kwargs, after=_guarded, traced=True)
+    token = _PASSING.set(op)
+    try:
+        result = _select.pass_on(op, keyset, args, kwargs, after=_guarded, traced=True)
+    finally:
+        _PASSING.reset(token)
     if op in _SORTS:
         remember(result[1], _index_span(args[0], _sort_dim(op, args, kwargs)))
     remember(result[0] if isinstance(result, (tuple, list)) else result, span)
