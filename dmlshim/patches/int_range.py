@@ -38,6 +38,7 @@ from ..laws.integers import RULES, Span
 from ..ranges import forget, forget_all, integral, known_exactly, known_span, mark_unwritten, remember, unwritten
 from . import _gate, _select
 from ._wrap import PatchSet
+from .offset_views import anchor_of
 
 _aten = torch.ops.aten
 _ON_THE_HOST = 1 << 16                # elements: a smaller tensor's range is read on the CPU, exactly
@@ -641,7 +642,6 @@ def _offset_of(t: torch.Tensor) -> Optional[int]:
     made unseen (before ``activate()``), which the two cannot be told apart by."""
     if t._base is None:
         return 0 if t.storage_offset() == 0 else None
-    from .offset_views import anchor_of
     anchor, offset = anchor_of(t)
     if anchor is not t:
         return offset
@@ -665,7 +665,8 @@ def _in_place(law, place: int = 1):
     its own before and the view's after (``path[:, t] += d``)."""
     def handler(func, args, kwargs):
         self, other = args[0], (args[place] if len(args) > place else kwargs.get("value"))
-        base = self._base if self._base is not None and self._base.dtype == self.dtype else None
+        base = self._base
+        base = base if base is not None and base.dtype == self.dtype else None
         before, by = known_span(self), _operand_span(other)
         whole = known_span(base) if base is not None else None
         version = ranges.version(base) if base is not None else None
