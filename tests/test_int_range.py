@@ -699,3 +699,20 @@ def test_an_index_key_is_the_views_own(shim_off, make, index):
     key = ranges.index_key(t, index)
     assert key == ranges.view_key(view)
     assert key is not None or view.numel() == 0 or sum(n > 1 for n in view.shape) > 1
+
+
+def test_a_number_added_into_a_view_in_place_keeps_the_laws_way(dml_device, shim_off, host_reads,
+                                                                assert_parity):
+    """``x[1:] += n`` of an unknown range: a write into a view (the real binary's views read
+    offset 0), so not as two tensors: the law's read, then the CPU where it leaves the span."""
+    values = torch.tensor([2.0 ** 30, 2.0 ** 24 + 2, -7.0])
+
+    def work(d):
+        x = (values.to(d) * 1.0).long()
+        x[1:].add_(1)
+        return x
+
+    dmlshim.activate(fallback="known")
+    dmlshim.trace.reset()
+    assert_parity(work(dml_device), work(torch.device("cpu")))
+    assert "aten::add_.Tensor" in host_reads()

@@ -322,7 +322,7 @@ def _guarded(op, keyset, args, kwargs):
     integer floor division of a known span by a positive number by truncation
     (:func:`_floor_by_trunc`)."""
     passing = _PASSING.get()
-    if passing is not None and op in _OUT_FORMS[passing]:
+    if passing is not None and op in _OUT_FORMS.get(passing, ()):
         return None
     if keyset is not None and integers.floor_division(op, args, kwargs):
         done = _floor_by_trunc(op, args, kwargs)
@@ -434,8 +434,8 @@ _IN_PLACE_WITH_A_NUMBER = {op for op in _WITH_A_NUMBER if op._schema.name.endswi
 def _number_of(op, args, kwargs) -> Optional[int]:
     """The number of ``x + n``, ``x - n``, ``x * n`` (``-alpha * n`` for ``sub``) where ``x`` is
     an int32 or int64 device tensor and two tensors can compute it (:func:`_as_two_tensors`):
-    ``n`` an integral number within the dtype, an in-place ``x`` no view with an offset or
-    strides (a write there keeps the law's way); else None."""
+    ``n`` an integral number within the dtype, an in-place ``x`` no view and contiguous (a
+    write into a view keeps the law's way); else None."""
     if op not in _WITH_A_NUMBER:
         return None
     x, n = args[0], (args[1] if len(args) > 1 else kwargs.get("other"))
@@ -443,8 +443,8 @@ def _number_of(op, args, kwargs) -> Optional[int]:
     if not isinstance(x, torch.Tensor) or x.is_cpu or x.dtype not in (torch.int32, torch.int64) \
             or not integers.is_number(n) or type(alpha) is not int:
         return None
-    if op in _IN_PLACE_WITH_A_NUMBER and (x.storage_offset() or not x.is_contiguous()):
-        return None
+    if op in _IN_PLACE_WITH_A_NUMBER and (x._base is not None or not x.is_contiguous()):
+        return None                                # (the real binary's views read offset 0)
     if isinstance(n, torch.Tensor):
         if not integral(n.dtype) or torch.result_type(x, n) != x.dtype:
             return None
