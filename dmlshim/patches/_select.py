@@ -148,7 +148,14 @@ def pass_on(op, keyset, args, kwargs, *, after: Fix, traced: bool = False):
                 trace.end(call, recorded, "coerce", args, kwargs)
         if fixed is not None:
             return result
-    with trace.own():                       # the op itself, below the fixes: the caller's own time
+    return itself(op, keyset, *args, **kwargs)
+
+
+def itself(op, keyset, *args, **kwargs):
+    """``op`` itself on the device, below every fix (redispatched past BackendSelect): what a
+    fix runs and then amends, its time the handled call's ``own`` (``trace.own``), not
+    dmlshim's overhead."""
+    with trace.own():
         return op.redispatch(below(keyset), *args, **kwargs)
 
 

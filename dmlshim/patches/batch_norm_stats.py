@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import trace
 from . import _select
-from .dispatcher import Done, below
+from .dispatcher import Done
 
 _aten = torch.ops.aten
 
@@ -24,8 +23,7 @@ def _training(args, kwargs):
 
 
 def _saved(op, keyset, args, kwargs):
-    with trace.own():                             # the op itself: its time the call's own
-        output, mean, invstd = op.redispatch(below(keyset), *args, **kwargs)
+    output, mean, invstd = _select.itself(op, keyset, *args, **kwargs)
     if not _training(args, kwargs):
         mean, invstd = mean.new_empty(0), invstd.new_empty(0)
     elif mean.dim() == 0:
@@ -35,8 +33,7 @@ def _saved(op, keyset, args, kwargs):
 
 def _gradients(op, keyset, args, kwargs):
     channels = (args[1] if len(args) > 1 else kwargs["input"]).shape[1:2]
-    with trace.own():
-        grads = op.redispatch(below(keyset), *args, **kwargs)
+    grads = _select.itself(op, keyset, *args, **kwargs)
     return Done(tuple(g.reshape(channels) if i and g is not None and g.dim() == 0 else g
                       for i, g in enumerate(grads)))
 

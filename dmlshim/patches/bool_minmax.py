@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import trace
 from . import _select
-from .dispatcher import Done, below
+from .dispatcher import Done
 
 _aten = torch.ops.aten
 
@@ -17,9 +16,7 @@ _aten = torch.ops.aten
 def _as_bool(op, keyset, args, kwargs):
     if args[0].dtype != torch.bool:
         return None
-    with trace.own():                             # the op itself: its time the call's own
-        result = op.redispatch(below(keyset), *args, **kwargs)
-    return Done(result.to(torch.bool))            # no copy if bool
+    return Done(_select.itself(op, keyset, *args, **kwargs).to(torch.bool))    # no copy if bool
 
 
 _kernels = _select.Kernels({_aten.max.default: _as_bool, _aten.min.default: _as_bool})

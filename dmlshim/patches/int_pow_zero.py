@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import trace
 from ..laws.integers import zero_to_negative
 from . import _select
-from .dispatcher import Done, below
+from .dispatcher import Done
 from .int_broadcast import leading_ones
 
 _aten = torch.ops.aten
@@ -27,8 +26,7 @@ def _zeroed(op, keyset, args, kwargs):
     mask = exponent < 0 if not isinstance(base, torch.Tensor) else (base == 0) & (exponent < 0)
     if isinstance(base, torch.Tensor) and base.dim() and exponent.dim() and base.dim() != exponent.dim():
         base, exponent = leading_ones(base, exponent)   # int_broadcast's fix: this one answers first
-    with trace.own():                             # the op itself: its time the call's own
-        result = op.redispatch(below(keyset), base, exponent, *args[2:], **kwargs)
+    result = _select.itself(op, keyset, base, exponent, *args[2:], **kwargs)
     return Done(result.masked_fill_(mask, 0))
 
 

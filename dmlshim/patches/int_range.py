@@ -360,6 +360,17 @@ _FLOORS_BY_TRUNC = (_aten.floor_divide.default, _aten.floor_divide.Scalar, _aten
 _HALF_EXACT = integers.FLOAT_EXACT // 2     # a quotient's dividend plus divisor below: exact
 
 
+def _integral_number(x: torch.Tensor, n) -> Optional[int]:
+    """``n`` as a Python int where it is an integral number that keeps ``x``'s dtype: an
+    ``int``, or the 0-dim CPU tensor a number becomes (read on the host: no device sync);
+    else None (a float, a bool, a device tensor)."""
+    if isinstance(n, torch.Tensor):
+        if not integers.is_number(n) or not integral(n.dtype) or torch.result_type(x, n) != x.dtype:
+            return None
+        n = n.item()
+    return n if type(n) is int else None
+
+
 def _floor_by_trunc(op, args, kwargs) -> Optional[_select.Done]:
     """``x // n`` of an integer device tensor whose span is known, ``n`` a positive integral
     number, on the device: ``(x + m*n) // n - m``, the division by truncation, which equals the
@@ -377,12 +388,9 @@ def _floor_by_trunc(op, args, kwargs) -> Optional[_select.Done]:
     x, n = args[0], (args[1] if len(args) > 1 else kwargs.get("other"))
     if not isinstance(x, torch.Tensor) or x.is_cpu or not integral(x.dtype):
         return None
-    if isinstance(n, torch.Tensor):
-        if not integers.is_number(n) or not integral(n.dtype) or torch.result_type(x, n) != x.dtype:
-            return None
-        n = n.item()                               # a CPU number: no device read
+    n = _integral_number(x, n)
     span = known_span(x)
-    if type(n) is not int or n <= 0 or span is None:
+    if n is None or n <= 0 or span is None:
         return None
     lo, hi = span
     shift = -(lo // n) if lo < 0 else 0           # the least m with lo + m*n >= 0
@@ -441,18 +449,17 @@ def _number_of(op, args, kwargs) -> Optional[int]:
     x, n = args[0], (args[1] if len(args) > 1 else kwargs.get("other"))
     alpha = kwargs.get("alpha", 1)
     if not isinstance(x, torch.Tensor) or x.is_cpu or x.dtype not in (torch.int32, torch.int64) \
-            or not integers.is_number(n) or type(alpha) is not int:
+            or type(alpha) is not int:
         return None
     if op in _IN_PLACE_WITH_A_NUMBER and (x._base is not None or not x.is_contiguous()):
         return None                                # (the real binary's views read offset 0)
-    if isinstance(n, torch.Tensor):
-        if not integral(n.dtype) or torch.result_type(x, n) != x.dtype:
-            return None
-        n = n.item()                               # a CPU number: no device read
+    n = _integral_number(x, n)
+    if n is None:
+        return None
     call, sign = _WITH_A_NUMBER[op]
     number = n if call is torch.mul or call is torch.Tensor.mul_ else sign * alpha * n
     info = torch.iinfo(x.dtype)
-    return number if type(n) is int and info.min <= number <= info.max else None
+    return number if info.min <= number <= info.max else None
 
 
 def _as_two_tensors(op, x: torch.Tensor, number: int) -> _select.Done:

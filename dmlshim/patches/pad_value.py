@@ -26,8 +26,7 @@ def _value_kept(op, keyset, args, kwargs):
         return _select.on_cpu(op, args, kwargs)
     if value == 0:                    # what every call the fix makes pads with: nothing to do
         return None
-    with trace.own():                             # the op itself: its time the call's own
-        padded = op.redispatch(below(keyset), x, pad, 0)
+    padded = _select.itself(op, keyset, x, pad, 0)
     with trace.substitute():                      # where the value goes, another pad
         inside = op.redispatch(below(keyset), torch.ones_like(x, dtype=torch.bool), pad, 0)
     span = ranges.known_span(x)          # integer ids padded with an id keep a range, no read

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import trace
 from ..laws.integers import BYTES
 from . import _select
-from .dispatcher import Done, below
+from .dispatcher import Done
 
 _aten = torch.ops.aten
 OPS = (_aten._unique2.default,)
@@ -25,9 +24,8 @@ def _flat_wide(op, keyset, args, kwargs):
     if x.dtype not in BYTES and x.dim() < 2:
         return None
     flat = x.reshape(-1)
-    with trace.own():                             # the op itself: its time the call's own
-        values, inverse, counts = op.redispatch(below(keyset), flat.to(torch.int32) if x.dtype in BYTES else flat,
-                                                *args[1:], **kwargs)
+    values, inverse, counts = _select.itself(op, keyset, flat.to(torch.int32) if x.dtype in BYTES else flat,
+                                             *args[1:], **kwargs)
     return_inverse = args[2] if len(args) > 2 else kwargs.get("return_inverse", False)
     return Done((values.to(x.dtype), inverse.reshape(x.shape) if return_inverse else inverse, counts))
 

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import trace
 from ..laws.norms import every_dim_kept, norm_arguments, norm_differs, overwrites
 from . import _opmath, _select
-from .dispatcher import Done, below
+from .dispatcher import Done
 
 _aten = torch.ops.aten
 OUT = {_aten.linalg_vector_norm.default: _aten.linalg_vector_norm.out, _aten.norm.ScalarOpt_dim: _aten.norm.out}
@@ -57,9 +56,7 @@ def _into_out(op, keyset, args, kwargs):
     x = self.to(compute, copy=True)                      # the kernel overwrites its input
     extra = {"dtype": None} if op is _aten.linalg_vector_norm.out else {}
     into = torch.empty(_shape(self, dim, keepdim), dtype=compute, device=self.device)
-    with trace.own():                             # the op itself: its time the call's own
-        result = op.redispatch(below(keyset), x, ord, dim, keepdim, **extra, out=into)
-    _select.grow_out(out, result)                 # not into: its result
+    _select.grow_out(out, _select.itself(op, keyset, x, ord, dim, keepdim, **extra, out=into))  # not into: its result
     return Done(out)
 
 
