@@ -216,16 +216,22 @@ def emulated_baseline(setup, device, repeat, needed):
         except Exception as exc:  # noqa: BLE001
             why = f"{type(exc).__name__} without dmlshim ({zoo.first_error(exc)})"
     print(f"  no raw run ({why}); baseline: only the fixes of {', '.join(needed)}", file=sys.stderr)
+    return (needed_seconds(setup, device, repeat, needed),
+            f"baseline: activate() with only the fixes of {', '.join(needed)} (no raw run: {why})")
+
+
+def needed_seconds(setup, device, repeat, needed):
+    """Warm-up, then the median of ``repeat`` runs, with ``activate()`` switching on only the
+    fixes of the defects ``needed`` (names)."""
     with only_needed(needed):
         dmlshim.activate()
         try:
             with zoo.quiet():
                 run = setup(device)
                 run()
-            base = seconds(run, repeat)
+            return seconds(run, repeat)
         finally:
             dmlshim.deactivate()
-    return base, f"baseline: activate() with only the fixes of {', '.join(needed)} (no raw run: {why})"
 
 
 def raw_baseline(name):
@@ -258,13 +264,13 @@ def raw_baseline(name):
 def raw_seconds(setup, device, repeat, needed):
     """The child's work: warm-up, then the median of ``repeat`` runs, without dmlshim, or
     (``needed``: defect names) with only those defects' fixes."""
-    with only_needed(needed) if needed is not None else contextlib.nullcontext():
-        if needed is not None:
-            dmlshim.activate()
-        with zoo.quiet():
-            run = setup(device)
-            run()
-        print(f"{RAW}{seconds(run, repeat)}")
+    if needed is not None:
+        print(f"{RAW}{needed_seconds(setup, device, repeat, needed)}")
+        return
+    with zoo.quiet():
+        run = setup(device)
+        run()
+    print(f"{RAW}{seconds(run, repeat)}")
 
 
 def timing_bytes(n):
