@@ -1,4 +1,4 @@
-"""Command line: ``python -m dmlshim info | doctor | check | run | conformance`` (subcommands register in ``COMMANDS``).
+"""Command line: ``python -m dmlshim info | gate | doctor | check | run | conformance`` (subcommands register in ``COMMANDS``).
 
 Each subcommand is a function ``(args) -> exit code`` plus an ``add_<name>_arguments``
 style setup; add one by writing both and listing it in ``COMMANDS``.
@@ -34,6 +34,7 @@ def info(args: argparse.Namespace) -> int:
     data["registered_patches"] = [{"name": p.name, "doc": p.doc, "imports": list(p.imports)}
                                   for p in patches.REGISTRY]
     data["defects"] = _detection(cfg).to_dict()
+    data["gate"] = _gate_report(cfg, data["defects"]["device"] is not None)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -55,6 +56,7 @@ def info(args: argparse.Namespace) -> int:
               f"trace={st['trace'] or 'off'}): {', '.join(data['installed_patches']) or 'no patch'}")
     else:
         print("active         no")
+    print(f"gate           {_gate_line(data['gate'])}")
     print("\n".join(trace.defect_lines(data["defects"])))
     print("patches (registry; installed by dmlshim.activate()):")
     for p in patches.REGISTRY:
@@ -72,9 +74,45 @@ def _detection(cfg):
     return probing.detect(config.DEFAULT_TARGET, config.parse_probe(os.environ.get("DMLSHIM_PROBE", "auto")))
 
 
+def _gate_report(cfg, device_present: bool) -> dict:
+    from dmlshim.patches import _gate
+    return _gate.report(cfg.gate if cfg is not None else None, device_present)
+
+
+def _gate_line(report: dict) -> str:
+    from dmlshim.patches import _gate
+    return _gate.report_line(report)
+
+
+def _gate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rebuild", action="store_true",
+                        help="forget a failed build and build the compiled gate now (shows the compiler's error)")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def gate(args: argparse.Namespace) -> int:
+    """Which gate runs dmlshim's kernels; ``--rebuild``: build it now.  Exit 1 when a
+    rebuild gives no compiled gate."""
+    import logging
+
+    from dmlshim.patches import _gate
+
+    if args.rebuild:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")    # the build's progress
+        _gate.retry()
+    state = _gate_report(None, True)
+    if args.json:
+        print(json.dumps(state, indent=2))
+    else:
+        print(f"gate           {_gate_line(state)}")
+    return 1 if args.rebuild and state["kind"] != "compiled" else 0
+
+
 # name -> (help, add-arguments, run)
 COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "info": ("versions, devices, float64 support, patches", _info_arguments, info),
+    "gate": ("which gate runs dmlshim's kernels (compiled: prebuilt or built here; Python) and why; "
+             "--rebuild builds it now", _gate_arguments, gate),
     "doctor": ("probe every known DirectML defect on a device, run a short conformance pass, "
                "write a JSON field report: the first thing to run on a new GPU",
                doctor.add_arguments, doctor.main),

@@ -99,6 +99,11 @@ def parse_bf16(value: str, *, name: str = "DMLSHIM_BF16") -> str:
     return _one_of(value, BF16_POLICIES, name)
 
 
+def parse_gate(value: str, *, name: str = "DMLSHIM_GATE") -> str:
+    """``auto`` | ``compiled`` | ``python`` (empty: ``auto``)."""
+    return _one_of(value.strip() or "auto", GATE_MODES, name)
+
+
 def parse_probe(value: str, *, name: str = "DMLSHIM_PROBE") -> str:
     """Validate a probing mode: ``auto`` (also for an empty value), ``off`` or ``refresh``."""
     return _one_of(str(value).strip() or "auto", PROBE_MODES, name)
@@ -132,6 +137,6 @@ def from_env(target: Optional[str] = None, *, trace=None, fallback: Optional[str
         parse_codepage(environ["DMLSHIM_CODEPAGE"])
     bf16 = parse_bf16(environ.get("DMLSHIM_BF16", "float32") or "float32")
     probe = parse_probe(environ.get("DMLSHIM_PROBE", "auto"))
-    gate = _one_of(environ.get("DMLSHIM_GATE", "auto").strip() or "auto", GATE_MODES, "DMLSHIM_GATE")
+    gate = parse_gate(environ.get("DMLSHIM_GATE", "auto"))
     return Config(target=target, trace=trace, fallback=fallback, device=device_from_env(environ),
                   bf16=bf16, probe=probe, gate=gate)

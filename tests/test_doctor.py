@@ -43,6 +43,9 @@ def test_doctor_json_reports_every_default_rule_as_detected(dml_device, default_
     # softmax(dtype=float64) fails raw on a device without float64 (row #7)
     assert conf["classes"].get("float64", 0) > 0
     assert {f["class"] for f in conf["failures"]} == set(conf["classes"]) - {"match"}
+    # which gate runs the fixes, where it came from (the suite's machine has a compiler)
+    assert report["gate"]["kind"] in ("compiled", "python") and report["gate"]["mode"]
+    assert "gate     " in out
 
 
 @pytest.mark.emulated_only(reason="emulation.configure(rules=[]): no defect detected")

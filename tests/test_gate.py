@@ -133,7 +133,8 @@ def test_a_bad_gate_value_names_the_variable(monkeypatch):
 
 
 def test_compiled_mode_without_a_compiler_raises(monkeypatch):
-    monkeypatch.setattr(_gate, "_extension", lambda: (_ for _ in ()).throw(RuntimeError("no c++")))
+    monkeypatch.setattr(_gate, "_tried", [(None, _gate.Status("python", "python", "no c++"))])
+    monkeypatch.setattr(_gate, "_warned", [])
     with pytest.raises(RuntimeError, match="DMLSHIM_GATE=compiled.*no c\\+\\+"):
         _gate.extension("compiled")
     assert _gate.extension("auto") is None and _gate.extension("python") is None

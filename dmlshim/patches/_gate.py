@@ -21,9 +21,10 @@ kernel, which it calls: its CPU calls meet nothing of dmlshim's.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import os
+import threading
+import time
 import warnings
 from dataclasses import dataclass, fields
 from typing import Callable, FrozenSet, Iterable, Optional, Union
@@ -37,11 +38,118 @@ TRAMPOLINE = "FPGA"
 _log = logging.getLogger("dmlshim")
 
 
-@functools.lru_cache(maxsize=None)
+@dataclass(frozen=True)
+class Status:
+    """Which gate runs, and why.
+
+    ``kind``: ``"compiled"`` | ``"python"``.  ``origin``: ``"prebuilt"`` (shipped in the wheel),
+    ``"built on this machine"`` or ``"python"``.  ``reason``: why there is no compiled gate
+    ("" where there is one).  ``seconds``: what loading or building it took in this process.
+    """
+
+    kind: str
+    origin: str
+    reason: str = ""
+    seconds: float = 0.0
+
+
+# The one try of this process: (module or None, Status).  A failure is kept too (an
+# lru_cache keeps no exception: every register() built again, about 3,500 times an activate).
+_tried: list = []
+_lock = threading.Lock()
+# What the Python gate costs, from docs/performance.md ("A DirectML device present",
+# benchmarks/results/device_present-*.json): the WARNING says it.
+PYTHON_GATE_COST = "CPU calls take 3x to 6.7x as long (+2.6 to +29 us each) while a DirectML device is present"
+
+
+def _try():
+    """Load or build the gate once per process; the outcome, success or failure, is kept."""
+    if not _tried:
+        with _lock:
+            if not _tried:
+                start = time.perf_counter()
+                try:
+                    ext = cpp_build.build("dmlshim_gate", SOURCE, remember=True)
+                    ext.set_special(islands.SPECIAL)   # a call holding one of these is not plain (the front)
+                    status = Status("compiled", cpp_build.origin(ext), "", time.perf_counter() - start)
+                except Exception as exc:                   # no compiler, or a failed build
+                    ext, status = None, Status("python", "python", _reason(exc), time.perf_counter() - start)
+                _tried.append((ext, status))
+    return _tried[0]
+
+
+def _reason(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
 def _extension():
-    ext = cpp_build.build("dmlshim_gate", SOURCE)
-    ext.set_special(islands.SPECIAL)        # a call holding one of these is not plain (the front)
+    """The compiled gate's module (loaded or built on the first call of the process).
+
+    Raises:
+        RuntimeError: it cannot be had (the reason kept from the one try)."""
+    ext, status = _try()
+    if ext is None:
+        raise RuntimeError(status.reason)
     return ext
+
+
+def _built() -> bool:
+    """Whether this process has the compiled gate (without trying to get it)."""
+    return bool(_tried) and _tried[0][0] is not None
+
+
+def status(mode: str = "auto") -> Status:
+    """The gate ``mode`` (``DMLSHIM_GATE``) gives in this process: tries to load or build it
+    once (as ``activate()`` does with a device present)."""
+    if mode == "python":
+        return Status("python", "python", "DMLSHIM_GATE=python")
+    return _try()[1]
+
+
+def describe(mode: str = "auto") -> Status:
+    """The gate ``activate()`` gives (or gave) with a device present, without compiling:
+    a build that exists is loaded (milliseconds); where only a compile would tell, the
+    status is ``kind="not built"`` and ``reason`` says what the first ``activate()`` will do."""
+    if mode == "python" or _tried:
+        return status(mode)
+    name = cpp_build.module_name("dmlshim_gate", SOURCE)
+    if cpp_build.exists(name):
+        return _try()[1]
+    missing = cpp_build.missing_tools()
+    if missing:
+        return Status("python", "python", f"building gate.cpp needs {' and '.join(missing)}")
+    return Status("not built", "", "a compiler is present: the first activate() with a device builds it "
+                  "(about 40 s; 'python -m dmlshim gate --rebuild' builds it now)")
+
+
+def report(mode: Optional[str] = None, in_use: bool = True) -> dict:
+    """:func:`describe` as a JSON-ready dict for ``info``, ``gate`` and ``doctor``: ``mode``
+    (None: ``DMLSHIM_GATE`` now), ``kind``, ``origin``, ``reason``, ``seconds`` and ``in_use``
+    (False: no device present, so ``activate()`` installs no kernel for a gate to run)."""
+    from .. import config
+    mode = mode or config.parse_gate(os.environ.get("DMLSHIM_GATE", "auto"))
+    st = describe(mode)
+    return {"mode": mode, "kind": st.kind, "origin": st.origin, "reason": st.reason,
+            "seconds": round(st.seconds, 3), "in_use": in_use}
+
+
+def report_line(r: dict) -> str:
+    """One line of :func:`report`."""
+    where = {"compiled": f"compiled ({r['origin']})", "python": "Python"}.get(r["kind"], r["kind"])
+    why = f": {r['reason']}" if r["reason"] else ""
+    idle = "" if r["in_use"] else " [no device present: nothing installed]"
+    return f"{where}, DMLSHIM_GATE={r['mode']}{why}{idle}"
+
+
+def retry() -> Status:
+    """Forget this process's try and the recorded failed builds, then try again
+    (``python -m dmlshim gate --rebuild``)."""
+    with _lock:
+        _tried.clear()
+        _warned.clear()
+    cpp_build.forget_failures("dmlshim_gate")
+    return _try()[1]
 
 
 @dataclass(frozen=True)
@@ -138,52 +246,59 @@ def mark_anchored(view: torch.Tensor, anchor: torch.Tensor, offset: int) -> None
     """Tell the gate that ``view`` holds ``offset`` (elements) of ``anchor`` inside
     DirectML's tensor (``offset_views``): its view ops then go to the Python kernel.
     Nothing without a gate."""
-    if _extension.cache_info().currsize:
+    if _built():
         _extension().mark_anchored(view, anchor, offset)
 
 
 def mark(t: torch.Tensor) -> None:
     """Mark ``t`` for the gate: an overload watching ``marked`` sends its device calls of ``t``
     or a view of it to the Python kernel.  Nothing without a gate (every call goes there)."""
-    if _extension.cache_info().currsize:
+    if _built():
         _extension().mark(t)
 
 
 def anchored(t: torch.Tensor):
     """``(anchor, offset)`` the gate's ``as_strided`` gave ``t`` when it made it in C++ (or
     :func:`mark_anchored`): the anchor None where it has gone; ``(None, 0)`` for any other."""
-    return _extension().anchored(t) if _extension.cache_info().currsize else (None, 0)
+    return _extension().anchored(t) if _built() else (None, 0)
 
 
 def extension(mode: str = "auto"):
     """The compiled gate's module, or None where ``mode`` is ``"python"`` or (``"auto"``)
-    it cannot be built (logged once at INFO, the reason named).
+    it cannot be had (one WARNING a process names the reason and the cost).
 
     Raises:
         RuntimeError: ``mode="compiled"`` and the build failed or no compiler exists.
     """
     if mode == "python":
         return None
-    try:
-        return _extension()
-    except Exception as exc:                             # no compiler, or a failed build
+    ext, state = _try()
+    if ext is None:
         if mode == "compiled":
-            raise RuntimeError(f"DMLSHIM_GATE=compiled: the compiled gate could not be built: {exc}") from exc
-        _unavailable(str(exc))
-        return None
+            raise RuntimeError(f"DMLSHIM_GATE=compiled: the compiled gate could not be built: {state.reason}")
+        _warn_once(state.reason)
+    return ext
 
 
-@functools.lru_cache(maxsize=None)
-def _unavailable(reason: str) -> None:
-    _log.info("dmlshim: no compiled gate (%s); fixes at BackendSelect run as Python kernels "
-              "on every call, CPU included", reason)
+_warned: list = []
+
+
+def _warn_once(reason: str) -> None:
+    """One WARNING a process: what is missing, what it costs, how to get the fast path."""
+    if _warned:
+        return
+    _warned.append(reason)
+    _log.warning("dmlshim: no compiled gate (%s), so dmlshim's fixes run as Python kernels: %s. "
+                 "For the fast path install a C++ compiler (MSVC Build Tools on Windows) or a wheel "
+                 "with the prebuilt gate, then run 'python -m dmlshim gate --rebuild'; "
+                 "DMLSHIM_GATE=python silences this (docs/performance.md)", reason, PYTHON_GATE_COST)
 
 
 def below() -> torch._C.DispatchKeySet:
     """The keys under BackendSelect, less the trampoline's once the gate is built: what a
     Python kernel here redispatches to (``dispatcher.below``)."""
     every = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
-    return _extension().below() if _extension.cache_info().currsize else every
+    return _extension().below() if _built() else every
 
 
 def at_backend(fix):
