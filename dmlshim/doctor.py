@@ -55,7 +55,7 @@ def examine(device: str = "directml", seconds: float = 60.0, ops: str = DEFAULT_
     """
     if device not in DEVICES:
         raise ValueError(f"device={device!r}: allowed values are {', '.join(DEVICES)}")
-    from . import __version__, devices, probing
+    from . import __version__, devices, probe_child, probing
 
     target = _target(device)
     detection = probing.detect(target, "refresh")
@@ -72,6 +72,8 @@ def examine(device: str = "directml", seconds: float = 60.0, ops: str = DEFAULT_
                      "torch_directml": devices.torch_directml_version(dml),
                      "python": platform.python_version(), "os": platform.platform()},
         "probes": detection.to_dict(),
+        # name -> how ("SIGSEGV"): probes run in a child process (dmlshim.probe_child) that ended it
+        "ended_child_process": probe_child.ended_the_process({r["name"]: r["figure"] for r in detection.rows()}),
         "conformance": conformance_pass(torch.device(detection.device), seconds, ops),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -117,6 +119,9 @@ def format_report(report: dict) -> str:
              f"driver   {report['driver'] or 'unknown'}   float64: {'yes' if report['float64'] else 'no'}",
              "versions " + "  ".join(f"{k}={v}" for k, v in report["versions"].items() if v)]
     lines += defect_lines(report["probes"])
+    if report.get("ended_child_process"):
+        lines.append("probes that ended their child process: "
+                     + ", ".join(f"{n} ({how})" for n, how in report["ended_child_process"].items()))
     conf = report["conformance"]
     if conf.get("skipped"):
         lines.append(f"conformance: skipped {conf.get('reason', '')}".rstrip())

@@ -3,8 +3,10 @@
 ``activate()`` calls :func:`detect`: every probing :class:`~dmlshim.catalogue.Defect` runs
 its tiny call on the device (bounded in time, exceptions captured); the verdicts of a
 real DirectML adapter are cached in the user's cache directory (``platformdirs``), keyed
-by adapter, driver, torch-directml, torch and dmlshim versions.  The emulated device is
-never cached on disk: its rules are configurable.  ``DMLSHIM_PROBE`` = ``auto`` |
+by adapter, driver, torch-directml, torch and dmlshim versions.  A real adapter's first
+probing runs in child processes (:mod:`dmlshim.probe_child`): some probes end the process on
+the real binary.  The emulated device is never cached on disk (its rules are configurable)
+and is probed in this process.  ``DMLSHIM_PROBE`` = ``auto`` |
 ``off`` (every fix on, nothing probed) | ``refresh`` (probe again, rewrite the cache).
 Docs: docs/defects.md.
 """
@@ -20,13 +22,14 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
-from . import devices, trace
+from . import devices, probe_child, trace
 from . import catalogue
 from .catalogue import Defect, Verdict
+from .probe_child import verdict_of
 
 
 def all_defects() -> Tuple[Defect, ...]:
@@ -107,20 +110,6 @@ def run_probe(defect: Defect, device: torch.device, timeout: Optional[float] = T
     return box[0] if box else Verdict(True, f"timed out after {timeout:g} s")
 
 
-def verdict_of(probe: Callable[[torch.device], Verdict], device) -> Verdict:
-    """``probe(device)``; an exception (any, ``FatalDirectMLError`` included) is a broken
-    verdict whose figure is its first line."""
-    try:
-        return probe(device)
-    except BaseException as exc:                      # the error *is* the verdict
-        return Verdict(True, f"{type(exc).__name__}: {_first_line(exc)}")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""
-
-
 def target_device(target: str) -> Tuple[Optional[torch.device], Optional[str], bool]:
     """``(device, adapter name, emulated)`` for ``target``, or ``(None, None, False)`` when
     no device of that type is present (then nothing is probed and no fix is needed)."""
@@ -192,14 +181,28 @@ def _probe_all(defects, device, key, mode, emulated, timeout):
     if memo is not None and _memo and _same(_memo[0], memo) and _memo[1].keys() >= {d.name for d in probing}:
         return dict(_memo[1]), "none"
     with _quiet(emulated):
-        # the emulated device cannot hang: no worker thread (it costs more than the probe)
-        verdicts = {d.name: run_probe(d, device, None if emulated else timeout) for d in probing}
+        if key is not None:
+            verdicts = _in_children(probing, device, timeout)
+        else:   # the emulated device cannot hang: no worker thread (it costs more than the probe)
+            verdicts = {d.name: run_probe(d, device, None if emulated else timeout) for d in probing}
     if memo is not None:
         _memo[:] = [memo, dict(verdicts)]
     if key is None:
         return verdicts, "none"
     write_cache(key, verdicts)
     return verdicts, "refresh" if mode == "refresh" else "cold"
+
+
+def _in_children(defects, device, timeout) -> Dict[str, Verdict]:
+    """A real adapter's first probing, in child processes (a probe that ends the process ends
+    only its child); in worker threads, with a logged warning, where no child can run."""
+    try:
+        if not all(d in catalogue.DEFECTS for d in defects):
+            raise probe_child.ChildError("a child process knows only dmlshim.catalogue's probes")
+        return probe_child.probe_in_children([d.name for d in defects], probe_child.device_spec(device), timeout)
+    except probe_child.ChildError as exc:
+        trace.logger.warning("dmlshim: probing in this process (worker threads): %s", exc)
+    return {d.name: run_probe(d, device, timeout) for d in defects}
 
 
 # The emulated device's verdicts are reused in this process while its configuration is
