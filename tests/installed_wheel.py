@@ -42,3 +42,16 @@ def test_dmlshim_run_bootstraps_from_the_wheel(tmp_path):
     assert res.returncode == 0, res.stderr
     active, bootstrap = res.stdout.split()
     assert active == "True" and _installed(bootstrap), res.stdout
+
+
+def test_the_gate_is_the_wheels_prebuilt_one_with_no_compiler_on_path():
+    """make wheel-check installs the platform wheel and runs this with no compiler on PATH:
+    ``info`` reports the prebuilt gate (issue 48), which activate() then uses."""
+    import shutil
+    assert not [c for c in ("c++", "g++", "cc", "cl") if shutil.which(c)]
+    res = subprocess.run([sys.executable, "-m", "dmlshim", "run", "--device", "emulated", "-m", "dmlshim", "info",
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    gate = json.loads(res.stdout)["gate"]
+    assert gate["kind"] == "compiled" and gate["origin"] == "prebuilt" and gate["in_use"], gate
+    assert "no compiled gate" not in res.stderr

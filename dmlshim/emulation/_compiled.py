@@ -30,7 +30,7 @@ def extension():
     Raises:
         RuntimeError: no C++ compiler or no ninja on this machine, or the build failed.
     """
-    missing = missing_tools()
+    missing = [] if cpp_build.exists(cpp_build.module_name("dmlshim_emulation", SOURCE)) else missing_tools()
     if missing:
         raise RuntimeError(
             f"dmlshim.emulation on torch {torch.__version__} builds a small C++ extension "
