@@ -162,4 +162,13 @@ DEFECTS: Tuple[Defect, ...] = (
            "('rank <= DML_TENSOR_DIMENSION_COUNT_MAX'; nanquantile of a 4-D input with keepdim)",
            case_probe(_masked_fill_rank), ("masked_fill_rank",), found=MEASURED,
            rules=("_masked_fill_five", "_masked_fill_past_five")),
+    # measured by hand and by benchmarks/rank_sweep.py on the real binary; static: a probe
+    # would end the process
+    Defect("rank_limit", "none", "microsoft/DirectML#537 (the check, in the field); the real 0.2.5 binary",
+           "reductions, scans, sorts, cat, where, gather, index_select, flip and layer_norm of more than 5 "
+           "dimensions, and binary ops whose operands broadcast there, end the process ('Check failed: rank <= "
+           "DML_TENSOR_DIMENSION_COUNT_MAX'); cumsum, index_select and layer_norm of 5 raise", None,
+           ("rank_limit",), found=MEASURED,
+           rules=("_past_the_rank_limit", "_broadcast_past_the_rank_limit", "_five_dimensions_refused",
+                  "_kthvalue_past_four", "_one_element_past_the_rank_limit")),
 )

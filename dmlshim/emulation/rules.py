@@ -669,6 +669,7 @@ def observed_rules():
     (``dmlshim.catalogue``; part of :func:`default_rules`)."""
     source = "failure_modes.md {}; the real torch-directml 0.2.5 binary{}"
     return [
+        *(Rule(**case) for case in rules_refused.rank_cases()),
         Rule("upsample_bilinear2d", when=_half_pixel, replace=_dml_upsample("linear"),
              source=source.format("#21", "; microsoft/DirectML#482: align_corners=False reads "
                                          "dst / scale, no half-pixel offset (silent)")),

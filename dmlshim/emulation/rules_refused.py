@@ -20,7 +20,7 @@ import functools
 
 import torch
 
-from ..laws import broadcast, integers, norms, pooling
+from ..laws import broadcast, integers, norms, pooling, ranks
 from ..laws import empty as empty_law
 from ..laws import nan as nan_law
 from ..laws.empty import empty
@@ -770,6 +770,32 @@ def _dml_to_cpu(self, *, dtype=None, memory_format=None, **_):
     return _backend.host(self).to(dtype or self.dtype, copy=True)
 
 
+def rank_cases():
+    """The rank limit's rules (``laws.ranks``; ``patches/rank_limit.py``): first, as the real
+    binary checks a tensor description's rank before any kernel runs."""
+    return [
+        dict(op=lambda op: op in ranks.ABORTING, when=_past_the_rank_limit, error=FatalDirectMLError,
+             message=RANK_ABORT, source=BY_HAND.format("reductions, scans, sorts, cat, where, gather, index_select, "
+                                                       "flip, layer_norm of more than 5 dimensions end the process")),
+        dict(op=("scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"),
+             when=_past_the_rank_limit, error=FatalDirectMLError, message=RANK_ABORT,
+             source=BY_HAND.format("the scatters of more than 5 dimensions end the process (every overload "
+                                   "the emulator's kernels reach)")),
+        dict(op="kthvalue", when=_kthvalue_past_four, error=FatalDirectMLError, message=RANK_ABORT,
+             source=BY_HAND.format("kthvalue of 5 or more dimensions ends the process")),
+        dict(op=("cumsum", "index_select"), when=_five_dimensions_refused,
+             source=BY_HAND.format("cumsum and index_select of 5 dimensions: E_INVALIDARG")),
+        dict(op="native_layer_norm", when=_five_dimensions_refused, message=CREATE_OPERATOR,
+             source=BY_HAND.format("native_layer_norm of 5 dimensions: CreateOperator")),
+        dict(op=lambda op: op in ranks.BINARY, when=_broadcast_past_the_rank_limit, error=FatalDirectMLError,
+             message=RANK_ABORT, source=BY_HAND.format("a binary op whose operands broadcast past 5 dimensions "
+                                                       "ends the process")),
+        dict(op=lambda op: op in ranks.BINARY, when=_one_element_past_the_rank_limit, error=FatalDirectMLError,
+             message=ranks.ONE_ELEMENT_ABORT, source=BY_HAND.format("a binary op of a one-element tensor of more "
+                                                                    "than 5 dimensions ends the process")),
+    ]
+
+
 def refused_cases():
     """One ``Rule``'s fields per refused call: ``rules.observed_rules`` makes the rules
     (this module stays below ``rules``)."""
@@ -981,6 +1007,26 @@ def _flattened_empty(rule, op):
         return (f"The size of tensor a (0) must match the size of tensor b ({shape[-1]}) at non-singleton "
                 f"dimension {len(shape) - 1}")
     return dataclasses.replace(rule, when=when, message=message)
+
+
+def _past_the_rank_limit(*args, **kwargs):
+    return ranks.past_the_limit(args)
+
+
+def _five_dimensions_refused(*args, **kwargs):
+    return ranks.past_the_limit(args, 4) and not ranks.past_the_limit(args)
+
+
+def _one_element_past_the_rank_limit(self, other, *_, **__):
+    return ranks.one_element_past_the_limit(self, other)
+
+
+def _kthvalue_past_four(*args, **kwargs):
+    return ranks.past_the_limit(args, 4)
+
+
+def _broadcast_past_the_rank_limit(self, other, *_, **__):
+    return ranks.broadcast_past_the_limit(self, other)
 
 
 def _masked_fill_five(self, mask, *_, **__):

@@ -115,6 +115,13 @@ REGISTRY: Tuple[Patch, ...] = (
           # it leaves alone what the core patches' intercept wrappers already guard (they run
           # its retry inline; __dmlshim_guarded__) and wraps the rest
           after=("mul", "conv", "broadcast_copy", "copy_to_cpu", "cat", "dtypes", "legacy_new")),
+    Patch("rank_limit", "reductions, scans, sorts, cat, where, gather, index_select, flip, layer_norm and "
+                        "broadcasting binary ops of more than 5 dimensions end the process (measured on the "
+                        "real 0.2.5 binary; DirectML#537): on fewer dimensions on the device, else on the CPU",
+          # first in every chain it shares: a fix before it would hand the call of 6 dimensions
+          # to the kernel that ends the process
+          before=("gather", "layer_norm", "empty_layer_norm", "empty_reduction", "sort_scalar", "int_range",
+                  "nan_reductions", "int_broadcast", "bool_minmax", "flip_dims", "refused")),
     Patch("offset_views", "views of a view with an offset, and split's chunks, are copies: writes "
                           "through them are lost (measured on the real 0.2.5 binary; #62): made from "
                           "the tensor they alias with as_strided, on the device",

@@ -20,6 +20,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 import torch
 
 from .. import devices, fallback, islands, trace
+from ..laws import ranks
 from . import _gate, cat
 from ._wrap import Context
 from .mul import coerce_bool_operands
@@ -40,7 +41,7 @@ Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], ob
 # overload: the net's serves them all).  Tuples, replaced whole: a call reads them without
 # a lock.
 hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...]] = {
-    "mul": (), "_to_copy": (), "_index_put_impl_": ()}
+    "mul": (), "_to_copy": (), "_index_put_impl_": (), "cat": ()}
 # After-hooks of the net's kernels, told each result of a device call: f(op, args, kwargs,
 # result) (int_range: the span of an integer tensor copied over, of a concatenation, of a
 # product, of a ``full``).
@@ -93,7 +94,10 @@ def _bool_operand(inplace: bool) -> Fix:
         if inplace and args[0].numel() == 0:
             return _empty_inplace(op, args, kwargs)
         if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
-            return coerce_bool_operands(args, kwargs, inplace)
+            fixed = coerce_bool_operands(args, kwargs, inplace)
+            # operands that broadcast past 5 dimensions expanded (rank_limit's fact: the
+            # binary's kernel ends the process otherwise)
+            return fixed and (ranks.expanded(fixed[0]), fixed[1])
         return _hooked("mul", op, args, kwargs)
     return fix
 
@@ -128,8 +132,11 @@ def _device_indices(op, keyset, args, kwargs):
 
 @_gate.watching(_gate.Watch(empty=True))
 def _drop_empty(op, keyset, args, kwargs):
-    """``cat`` with an empty input: the empty inputs dropped (``cat.drop_empty`` keeps
-    the CPU's result dtype and shape)."""
+    """The first answer of ``cat``'s :data:`hooks`; else, with an empty input, the empty inputs
+    dropped (``cat.drop_empty`` keeps the CPU's result dtype and shape)."""
+    hooked = _hooked("cat", op, args, kwargs)
+    if hooked is not None:
+        return hooked
     tensors = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     if len(tensors) < 2 or all(t.numel() for t in tensors):
