@@ -261,30 +261,43 @@ def model_rows(repeats, number):
                        setup={"inactive": use(None), "known": use("known"), "auto": use("auto")})
     dmlshim.deactivate()
     t = {k: timing.Timing(v.min_s / number, v.median_s / number, v.repeats) for k, v in t.items()}
-    extra = (t["auto"].min_s - t["known"].min_s) / calls
+    added = t["auto"].min_s - t["known"].min_s
+    per_call = f"auto adds {added / calls * 1e9:.0f} ns/call (min)" if calls else \
+        f"auto adds {added * 1e6:.1f} us/forward (min)"
     return timing.rows("TransformerEncoderLayer(64) forward [cpu]", t, baseline="known",
-                       note=f"{calls} torch calls/forward; auto adds {extra * 1e9:.0f} ns/call (min)")
+                       note=f"{calls} torch calls/forward; {per_call}")
 
 
 def _count_calls(fn):
-    """How many dmlshim.auto wrappers one ``fn()`` goes through (nested ones too)."""
+    """How many dmlshim.auto wrappers one ``fn()`` goes through (nested ones too): counted
+    with ``DMLSHIM_GATE=python``, since the compiled gate's fronts run a call of plain CPU
+    values in C, never entering the Python wrapper (``dmlshim/patches/_wrap.py fronted``)."""
     import dmlshim
     from dmlshim.patches import auto
 
-    code = auto._make_wrapper("probe", len, set()).__code__     # shared by every wrapper
     count = [0]
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code is code:
             count[0] += 1
 
-    dmlshim.activate(fallback="auto")
-    sys.setprofile(profile)
+    previous = os.environ.get("DMLSHIM_GATE")
+    os.environ["DMLSHIM_GATE"] = "python"
     try:
-        fn()
+        dmlshim.activate(fallback="auto")
+        # made while active (a wrapper is made for activate()'s context): shared by every wrapper
+        code = auto._make_wrapper("probe", len, set()).__code__
+        sys.setprofile(profile)
+        try:
+            fn()
+        finally:
+            sys.setprofile(None)
+            dmlshim.deactivate()
     finally:
-        sys.setprofile(None)
-        dmlshim.deactivate()
+        if previous is None:
+            del os.environ["DMLSHIM_GATE"]
+        else:
+            os.environ["DMLSHIM_GATE"] = previous
     return count[0]
 
 

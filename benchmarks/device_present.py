@@ -103,16 +103,18 @@ def main():
     setup = {BEFORE: dmlshim.deactivate, PYTHON: _activate("python")}
     if compiled:
         setup[COMPILED] = _activate("compiled")
-    rows, repeats = [], 3 if args.quick else args.repeats
+    rows, repeats = [], 2 if args.quick else args.repeats
+    number = NUMBER // 5 if args.quick else NUMBER
     for case, call in cases(dev).items():
-        t = timing.measure({v: call for v in setup}, setup=setup, repeats=repeats, number=NUMBER)
+        t = timing.measure({v: call for v in setup}, setup=setup, repeats=repeats, number=number,
+                           warmup=1 if args.quick else 2)
         note = "; ".join(f"{v}: min ratio {t[v].min_s / t[BEFORE].min_s:.3f}x, added "
                          f"{(t[v].min_s - t[BEFORE].min_s) * 1e6:+.3f} us/call (min)" for v in setup if v != BEFORE)
         rows += timing.rows(case, t, baseline=BEFORE, note=note)
     dmlshim.deactivate()
     where = "the real torch-directml on lavapipe" if args.device == "directml" else "the emulated device"
     timing.finish(args, "device_present", rows, {"torch": torch.__version__, "device": f"{dev} ({where})",
-                                                 "compiled_gate": compiled, "threads": 1, "number": NUMBER})
+                                                 "compiled_gate": compiled, "threads": 1, "number": number})
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def face_crop(size):
 
 def main():
     parser = timing.arg_parser(__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed rounds (default 5; 1 with --quick, without a warm-up round)")
     parser.add_argument("--size", type=int, choices=(128, 256, 512), default=None,
                         help="out_size (default: 512; 128 with --quick)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
@@ -56,7 +57,7 @@ def main():
     args = parser.parse_args()
     timing.default_json(args, "gfpgan_bench")
     size = args.size or (128 if args.quick else 512)
-    repeats = 2 if args.quick else args.repeats
+    repeats = 1 if args.quick else args.repeats
     torch.set_num_threads(args.threads)
 
     import dmlshim
@@ -87,7 +88,7 @@ def main():
          "emulated": forward(dev_model, x_dev), "emulated+shim": forward(dev_model, x_dev)},
         setup={"cpu": dmlshim.deactivate, "cpu+shim": dmlshim.activate,
                "emulated": dmlshim.deactivate, "emulated+shim": dmlshim.activate},
-        repeats=repeats, warmup=1)
+        repeats=repeats, warmup=0 if args.quick else 1)
 
     dmlshim.activate()
     torch.manual_seed(1)

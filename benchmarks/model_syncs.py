@@ -2,6 +2,10 @@
 
     PYTHONPATH=. python benchmarks/model_syncs.py --json benchmarks/results/model_syncs-torch2.4.1.json
     PYTHONPATH=. python benchmarks/model_syncs.py --only sensevoice --repeat 1
+    PYTHONPATH=. python benchmarks/model_syncs.py --quick      # make bench BENCH_ARGS=--quick
+
+``--quick``: one timed run of each side, the tiny random-weight FunASR models only (``QUICK``:
+not Whisper with its real weights nor GFPGAN + Real-ESRGAN, minutes each on a 2-core CPU).
 
 Each model runs on the emulated DirectML device (random weights as examples/zoo.py builds
 them, Whisper with the real tiny.en weights: examples/whisper_weights.py) once to warm up
@@ -63,6 +67,7 @@ HEADER = ("model", "device ops", "CPU ops", "syncs: the model's", "syncs: dmlshi
           "bytes moved by dmlshim (h2d / d2h)", "added µs per device op",
           "dmlshim's overhead µs per device op (trace)")
 RAW = "raw seconds: "        # the child's answer (--raw)
+QUICK = ("SeACo-Paraformer (hotwords)", "SenseVoiceSmall", "Fun-ASR-Nano")   # --quick's models
 
 
 def _whisper_real(cache):
@@ -281,13 +286,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", nargs="+", metavar="WORD")
     p.add_argument("--json", type=Path, metavar="PATH")
-    p.add_argument("--repeat", type=int, default=3, help="timed runs of each side (median)")
+    p.add_argument("--repeat", type=int, default=None, help="timed runs of each side (median; default 3, "
+                                                            "1 with --quick)")
+    p.add_argument("--quick", action="store_true",
+                   help="one timed run of each side, the tiny FunASR models only (QUICK)")
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--device", choices=("emulated", "directml"), default="emulated",
                    help="the emulated device (default) or the real torch-directml (under realdml run)")
     p.add_argument("--raw", action="store_true", help="(the child process) time the model without dmlshim")
     p.add_argument("--needed", help="(the child process, with --raw) with only these defects' fixes, comma-separated")
     args = p.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
     if args.device == "directml":
         import torch_directml
         device = torch_directml.device()
@@ -299,7 +309,8 @@ def main(argv=None):
     import os
     cache = args.cache_dir or Path(os.environ.get("DMLSHIM_CACHE") or Path.home() / ".cache" / "dmlshim")
     chosen = [(n, s) for n, s in models(cache)
-              if not args.only or any(w.lower() in n.lower() for w in args.only)]
+              if (not args.only or any(w.lower() in n.lower() for w in args.only))
+              and (not args.quick or n in QUICK)]
     if args.raw:
         for name, setup in chosen:
             raw_seconds(setup, device, args.repeat, None if args.needed is None else args.needed.split(","))

@@ -11,6 +11,8 @@
    ``off`` (``DMLSHIM_PROBE=off``, no probing); then ``probing.detect()`` alone.
 3. The first ``activate()`` of a fresh process (one subprocess per sample), probing
    ``auto`` and ``off``: what a user's script pays once.
+
+``--quick`` (make bench's CI form): the tiny model, one timed round of each case.
 """
 import os
 import sys
@@ -164,12 +166,13 @@ def main():
     parser.add_argument("--size", choices=("real", "tiny"), default="real")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
-    repeats = 2 if args.quick else args.repeats
+    repeats = 1 if args.quick else args.repeats
+    rounds = repeats if args.quick else repeats * 3        # of the cheaper cases
     start = time.perf_counter()
     rows = funasr_rows("tiny" if args.quick else args.size, repeats, args.threads)
-    rows += mul_rows(repeats * 3)
+    rows += mul_rows(rounds)
     print(timing.format_table(rows), flush=True)
-    rows += activate_rows(repeats * 3)
+    rows += activate_rows(rounds)
     rows += first_activate_rows(repeats)
     timing.finish(args, "probe_cost", rows, {"threads": args.threads, "torch": torch.__version__,
                                              "seconds": time.perf_counter() - start})

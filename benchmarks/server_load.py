@@ -13,7 +13,7 @@ holds p95, throughput and the server's RSS growth from after the warm-up request
 the end. ``extra`` holds the same per server plus the bad-upload outcomes (HTTP status
 of each, and whether the next good request got the right text). Exit status 1 if a
 transcript differs from the CPU server's, a bad upload kills a server, or the budget
-is exceeded.
+is exceeded. ``--quick`` (make bench's CI form): 12 requests, the SeacoParaformer servers only.
 """
 import concurrent.futures as cf
 import shutil
@@ -97,7 +97,8 @@ def bad_upload_outcomes(server, good):
 
 def main():
     parser = timing.arg_parser(__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, help="N requests per server (default 48, quick 12)")
+    parser.add_argument("--requests", type=int, help="N requests per server (default 48, quick 12; "
+                                                     "--quick: the first of MODELS only)")
     parser.add_argument("--threads", type=int, default=3, help="K client threads (default 3)")
     parser.add_argument("--budget", type=float, default=300, help="seconds allowed per server's load")
     args = parser.parse_args()
@@ -107,7 +108,7 @@ def main():
 
     good = samples()
     rows, extra, ok = [], {"requests": requests, "threads": args.threads}, True
-    for label, kind, server_model in MODELS:
+    for label, kind, server_model in MODELS[:1] if args.quick else MODELS:
         model_rows, model_extra, model_ok = run_model(args, requests, good, label, kind,
                                                       server_model, Server)
         rows += model_rows

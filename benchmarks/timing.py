@@ -142,23 +142,54 @@ def seconds(s):
 
 
 COLUMNS = ("benchmark", "case", "variant", "min", "median", "ratio", "note")
+# The keys of a timing row (:func:`rows`, the CONTRACT schema). A benchmark may write rows of
+# another shape, records with columns of their own: benchmarks/model_syncs.py writes one per
+# model ("model", "device ops", "syncs: ...", docs/gen_tables.py's ``syncs`` table).
+TIMING_KEYS = ("case", "variant", "min_s", "median_s")
+
+
+def is_timing_row(row):
+    """Whether ``row`` is a timing row (:func:`rows`), not a record of another shape."""
+    return all(key in row for key in TIMING_KEYS)
+
+
+def _duration(s):
+    return "" if s is None else seconds(s)
 
 
 def cells(row):
-    """One row's table cells, in COLUMNS order: times as ``seconds()``, ratio as '1.23x'."""
-    return [row.get("benchmark", ""), row["case"], row["variant"], seconds(row["min_s"]),
-            seconds(row["median_s"]), "" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-            row.get("note", "")]
+    """One row's table cells, in COLUMNS order: times as ``seconds()``, ratio as '1.23x'.
+
+    A record of another shape (:func:`is_timing_row` false) reads: its first column's value
+    as the case, the others as ``column: value`` pairs in the note."""
+    if not is_timing_row(row):
+        record = [(k, v) for k, v in row.items() if k != "benchmark"]
+        return [row.get("benchmark", ""), str(record[0][1]) if record else "", "", "", "", "",
+                "; ".join(f"{k}: {v}" for k, v in record[1:])]
+    ratio = row.get("ratio")
+    return [row.get("benchmark", ""), row["case"], row["variant"], _duration(row["min_s"]),
+            _duration(row["median_s"]), "" if ratio is None else f"{ratio:.2f}x", row.get("note", "")]
 
 
 def format_table(rows):
-    """Rows (with an optional "benchmark" key) as an aligned plain-text table."""
-    cols = list(COLUMNS if any("benchmark" in r for r in rows) else COLUMNS[1:])
-    table = [cells(r)[-len(cols):] for r in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(cols, *table)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip()
-             for line in [cols, ["-" * w for w in widths], *table]]
-    return "\n".join(lines)
+    """Rows (with an optional "benchmark" key) as text: the timing rows as one aligned table,
+    then each record of another shape (:func:`is_timing_row`) as a block of ``column: value``
+    lines under its benchmark and first column's value."""
+    timed = [r for r in rows if is_timing_row(r)]
+    parts = []
+    if timed:
+        cols = list(COLUMNS if any("benchmark" in r for r in timed) else COLUMNS[1:])
+        table = [cells(r)[-len(cols):] for r in timed]
+        widths = [max(len(str(c)) for c in col) for col in zip(cols, *table)]
+        parts.append("\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip()
+                               for line in [cols, ["-" * w for w in widths], *table]))
+    for r in rows:
+        if not is_timing_row(r):
+            record = [(k, v) for k, v in r.items() if k != "benchmark"]
+            head = ": ".join(str(x) for x in (r.get("benchmark"), record[0][1] if record else None)
+                             if x is not None)
+            parts.append("\n".join([head] + [f"    {k}: {v}" for k, v in record[1:]]))
+    return "\n\n".join(parts)
 
 
 def results_path(name):
