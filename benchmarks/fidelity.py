@@ -79,9 +79,12 @@ def _static_cases():
         # whose invalid returned tensors end the process when read)
         return torch.sort(torch.tensor(1.5).to(d))
 
+    def rank_limit(d):
+        return (torch.arange(24.0) % 7).view(2, 1, 2, 3, 1, 2).to(d).sum(-1)
+
     return {"bfloat16": bfloat16, "complex": complex_, "prelu_channels": prelu_channels,
             "sparse": sparse, "flip_dims": flip_dims,
-            "bmm_cpu_operand": bmm_cpu_operand, "sort_scalar": sort_scalar}
+            "bmm_cpu_operand": bmm_cpu_operand, "sort_scalar": sort_scalar, "rank_limit": rank_limit}
 
 
 def _extra_cases():
