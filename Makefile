@@ -80,14 +80,15 @@ REALDML_CI_TESTS := $(addprefix tests/test_,$(addsuffix .py,realdml patch_mul pa
     patch_dtypes reported_defects observed_defects load islands errors parity reliability fallback \
     activate auto_fallback devices rnn_torchscript patch_copy patch_autocast defects bf16 legacy_new \
     funasr_vad routing_sweep refused observed_silent int_range channels_last gate catalogue \
-    caller_warnings conformance_all))
+    caller_warnings conformance_all rank_limit probe_child))
 # Models whose tensors reach 64 KiB and more, with tiled resources off (VKD3D_TILED_RESOURCES=0):
 # lavapipe mis-reads typed views of 64 KiB+ in DirectML's reserved resources (docs/realdml.md
 # "Stack artifacts"). Every FunASR and GFPGAN-family model test; CI runs them too. And
 # test_opmath: its float16 bilinear read an index as 1.0f's bits (1065353216) once late in
-# a long tiled run, never alone nor untiled: that artifact's class.
+# a long tiled run, never alone nor untiled: that artifact's class.  And test_probe_child: untiled,
+# eye (the fallback_out probe) ends the process, which the child must contain (issue 50).
 REALDML_MODEL_TESTS := $(addprefix tests/test_,$(addsuffix .py,funasr funasr_ctc funasr_families gfpgan_families \
-    whisper_real opmath))
+    whisper_real opmath probe_child))
 REALDML_UNTILED := $(REALDML_RUN) env VKD3D_TILED_RESOURCES=0
 LANE_2.4.1      := .venv-torch2.4.1
 

@@ -86,3 +86,20 @@ def test_doctor_names_the_probes_that_ended_their_child():
                               "figure": "ends the process (SIGSEGV)", "fixes": ["fallback_out"]}]},
               "ended_child_process": {"fallback_out": "SIGSEGV"}}
     assert "probes that ended their child process: fallback_out (SIGSEGV)" in doctor.format_report(report)
+
+
+def test_the_fallback_out_probe_in_a_child_on_the_test_device(dml_device):
+    """The first real case (issue 50): with tiled resources off, the real binary's ``eye``
+    (torch-directml's CPU fallback of ``eye.m_out``) ends the process; in a child, that is the
+    probe's verdict and the caller lives on.  With them on (and on the emulator) the probe
+    finds the empty out= it was written for.  Both ways the defect is detected."""
+    device = "emulated" if dml_device.type == "privateuseone" and _emulated() else f"directml:{dml_device.index or 0}"
+    verdict = probe_child.probe_in_children(["fallback_out"], device, probing.TIMEOUT)["fallback_out"]
+    assert verdict.broken, verdict
+    if device.startswith("directml") and os.environ.get("VKD3D_TILED_RESOURCES") == "0":
+        assert verdict.figure == "ends the process (SIGSEGV)"
+
+
+def _emulated() -> bool:
+    from dmlshim import emulation
+    return emulation.is_installed() and "torch_directml" not in sys.modules
