@@ -781,12 +781,14 @@ def rank_cases():
              when=_past_the_rank_limit, error=FatalDirectMLError, message=RANK_ABORT,
              source=BY_HAND.format("the scatters of more than 5 dimensions end the process (every overload "
                                    "the emulator's kernels reach)")),
-        dict(op="kthvalue", when=_kthvalue_past_four, error=FatalDirectMLError, message=RANK_ABORT,
-             source=BY_HAND.format("kthvalue of 5 or more dimensions ends the process")),
+        dict(op="constant_pad_nd", when=_pad_of_six, error=FatalDirectMLError, message=RANK_ABORT,
+             source=BY_HAND.format("constant_pad_nd of 6 dimensions ends the process")),
+        dict(op="constant_pad_nd", when=_pad_past_six, message=_pad_rank_message,
+             source=BY_HAND.format("constant_pad_nd of 7 and 8 dimensions: 'inputs rank not in [0,6]'")),
         dict(op=("cumsum", "index_select"), when=_five_dimensions_refused,
              source=BY_HAND.format("cumsum and index_select of 5 dimensions: E_INVALIDARG")),
-        dict(op="native_layer_norm", when=_five_dimensions_refused, message=CREATE_OPERATOR,
-             source=BY_HAND.format("native_layer_norm of 5 dimensions: CreateOperator")),
+        dict(op="native_layer_norm", when=_layer_norm_five_refused, message=CREATE_OPERATOR,
+             source=BY_HAND.format("native_layer_norm of 5 dimensions with a weight: CreateOperator")),
         dict(op=lambda op: op in ranks.BINARY, when=_broadcast_past_the_rank_limit, error=FatalDirectMLError,
              message=RANK_ABORT, source=BY_HAND.format("a binary op whose operands broadcast past 5 dimensions "
                                                        "ends the process")),
@@ -1021,8 +1023,20 @@ def _one_element_past_the_rank_limit(self, other, *_, **__):
     return ranks.one_element_past_the_limit(self, other)
 
 
-def _kthvalue_past_four(*args, **kwargs):
-    return ranks.past_the_limit(args, 4)
+def _layer_norm_five_refused(input, normalized_shape, weight=None, *_, **__):
+    return weight is not None and input.dim() == 5
+
+
+def _pad_of_six(self, *_, **__):
+    return self.dim() == ranks.RANK_MAX + 1
+
+
+def _pad_past_six(self, *_, **__):
+    return self.dim() > ranks.RANK_MAX + 1
+
+
+def _pad_rank_message(self, *_, **__):
+    return f"inputs rank not in [0,6]: {self.dim()}"
 
 
 def _broadcast_past_the_rank_limit(self, other, *_, **__):
@@ -1129,6 +1143,52 @@ def _nan_blind(rule, op):
     return dataclasses.replace(rule, when=when, replace=replace)
 
 
+def _nan_sorted(rule, op):
+    """``nan_sort``: the real binary's merge order of a slice holding NaN (laws.nan.merged_order;
+    exact up to ``MERGED_EXACT`` elements a slice, longer ones merge another way: as wrong),
+    ``topk`` its first ``k``; every overload, the ``out=`` ones written into their outs."""
+    outs = [a.name for a in op._schema.arguments if a.is_out]
+
+    def replace(*args, **kwargs):
+        self, dim, descending, k = nan_law.ordering(op, args, kwargs)
+        x = _backend.host(self)
+        rows = x.movedim(dim, -1)
+        order = torch.tensor([nan_law.merged_order(row.tolist(), descending)
+                              for row in rows.reshape(-1, rows.shape[-1])], dtype=torch.int64)
+        order = order.reshape(rows.shape)[..., :k].movedim(-1, dim).contiguous()
+        result = (x.gather(dim, order), order)
+        if not outs:
+            return tuple(_backend.to_device(r) for r in result)
+        named = nan_law.bound(op, args, kwargs)
+        for name, value in zip(outs, result):
+            _backend.write_out(named[name], value)
+        return tuple(named[name] for name in outs)
+
+    def when(*args, **kwargs):       # a NaN there (the emulator reads its own memory: no sync)
+        return nan_law.nan_ordered(op, args, kwargs) and bool(torch.isnan(_backend.host(args[0])).any())
+    return dataclasses.replace(rule, when=when, replace=replace)
+
+
+def _nan_log_softmax(rule, op):
+    """``nan_sort``: the real binary's log_softmax of an input holding NaN or +inf: the
+    NaN-skipping max, ``log(max(sum, 1e-20))`` (laws.nan.merged_log_softmax)."""
+    def replace(*args, **kwargs):
+        self, dim, _, _ = nan_law.ordering(op, args, kwargs)
+        named = nan_law.bound(op, args, kwargs)
+        x = _backend.host(self)
+        right = torch.ops.aten._log_softmax.default(x, dim, named["half_to_float"])   # its clean slices
+        result = torch.where(nan_law.clean(x, dim), right, nan_law.merged_log_softmax(x, dim).to(right.dtype))
+        if "out" not in named:
+            return _backend.to_device(result)
+        _backend.write_out(named["out"], result)
+        return named["out"]
+
+    def when(*args, **kwargs):
+        self, dim, _, _ = nan_law.ordering(op, args, kwargs)
+        return nan_law.nan_ordered(op, args, kwargs) and not bool(nan_law.clean(_backend.host(self), dim).all())
+    return dataclasses.replace(rule, when=when, replace=replace)
+
+
 def conformance_all_cases():
     """The rules of the defects conformance found past the first 4 samples per OpInfo."""
     return [
@@ -1153,6 +1213,11 @@ def conformance_all_cases():
              message=UNBATCHED_MESSAGE, source=SOURCE.format("max_pool2d_with_indices_backward of an unbatched 3-D input")),
         dict(op=tuple(op_name(op) for op in nan_law.MAX_OPS + nan_law.MIN_OPS),
              bind=_nan_blind, source=SOURCE.format("amax/max/min/argmax/argmin skip NaN (silent)")),
+        dict(op=tuple(op_name(op) for op in nan_law.ORDERED), bind=_nan_sorted,
+             source=SOURCE.format("sort/topk place NaN among the values (silent)")),
+        dict(op=tuple(op_name(op) for op in nan_law.LOG_SOFTMAX), bind=_nan_log_softmax,
+             source=SOURCE.format("log_softmax of a slice holding NaN or +inf: values where the CPU "
+                                  "has NaN (silent)")),
         dict(op="max_pool2d_with_indices", when=_flat_indices, replace=_dml_flat_indices,
              source=SOURCE.format("max_pool2d_with_indices counts its indices over the whole tensor (silent)")),
         dict(op="max_pool2d_with_indices_backward", when=_four_dims_backward, replace=_dml_pool_backward,

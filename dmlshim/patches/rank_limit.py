@@ -15,8 +15,8 @@ layout allows (a contiguous copy otherwise, which the binary gets right at any r
 - a binary op whose operands broadcast: the operands expanded first (right at any rank); of
   one element: flattened.
 
-The rest (``sum()`` of everything, ``prod``, ``any``/``all``, ``var``/``std``, ``logsumexp``,
-norms, ``kthvalue``, the scatters, ``constant_pad_nd``, a ``gather`` whose index is narrower
+The rest (``sum()`` of everything, ``prod``, ``any``/``all``, ``var``, ``std_mean``,
+``logsumexp``, norms, the scatters, ``constant_pad_nd``, a ``gather`` whose index is narrower
 than ``self``, several ``flip`` dimensions) runs on the CPU.  Static: a probe would
 end the process.
 """
@@ -182,7 +182,7 @@ for _fix in (_reduced, _along, _where, _layer_norm, _expanded, _on_cpu):
 _TABLE = {**{op: _reduced for op in ranks.REDUCTIONS}, **{op: _along for op in ranks.ALONG_ONE},
           **{op: _where for op in ranks.WHERE}, **{op: _layer_norm for op in ranks.LAYER_NORM},
           **{op: _expanded for op in ranks.BINARY},
-          **{op: _on_cpu for op in ranks.ON_CPU + ranks.IN_PLACE_ON_CPU}}
+          **{op: _on_cpu for op in ranks.ON_CPU + ranks.IN_PLACE_ON_CPU + ranks.PAD}}
 # overloads the dispatcher net may hold (its kernel asks these hooks first): base -> (overload, fix)
 _NET = {"cat": (_aten.cat.default, _along), "mul": (_aten.mul.Tensor, _expanded)}
 _kernels = _select.Kernels({op: fix for op, fix in _TABLE.items() if op not in {o for o, _ in _NET.values()}})
