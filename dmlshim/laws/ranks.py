@@ -87,7 +87,7 @@ def expanded(args: tuple) -> tuple:
 # a binary op of a one-element tensor of more than RANK_MAX dimensions (a keepdim reduction of
 # every dimension) ends the process even with same shapes: 'Check failed: broadcast_sizes.size()
 # >= sizes.size()' (measured on the real binary: (1,) * 6 and 7; (1,) * 5 and (1, 1, 1, 1, 1, 2)
-# are right); unary ops do the same (not fixed)
+# are right); unary ops do the same (exp measured; not fixed)
 ONE_ELEMENT_ABORT = "[F dml_tensor_desc.cc:76] Check failed: broadcast_sizes.size() >= sizes.size()"
 
 
