@@ -167,9 +167,10 @@ DEFECTS: Tuple[Defect, ...] = (
     Defect("rank_limit", "none", "microsoft/DirectML#537 (the check, in the field); the real 0.2.5 binary",
            "reductions, scans, sorts, cat, where, gather, index_select, flip and layer_norm of more than 5 "
            "dimensions, and binary ops whose operands broadcast there, end the process ('Check failed: rank <= "
-           "DML_TENSOR_DIMENSION_COUNT_MAX'); cumsum, index_select and layer_norm with a weight of 5 raise", None,
+           "DML_TENSOR_DIMENSION_COUNT_MAX'); cumsum, index_select and layer_norm with a weight of 5 raise; "
+           "copy_ into a permuted destination of 6 to 8 is silently wrong", None,
            ("rank_limit",), found=MEASURED,
            rules=("_past_the_rank_limit", "_broadcast_past_the_rank_limit", "_five_dimensions_refused",
-                  "_layer_norm_five_refused", "_pad_of_six", "_pad_past_six",
+                  "_layer_norm_five_refused", "_pad_of_six", "_pad_past_six", "_copied_in_memory_order",
                   "_one_element_past_the_rank_limit")),
 )

@@ -781,6 +781,9 @@ def rank_cases():
              when=_past_the_rank_limit, error=FatalDirectMLError, message=RANK_ABORT,
              source=BY_HAND.format("the scatters of more than 5 dimensions end the process (every overload "
                                    "the emulator's kernels reach)")),
+        dict(op="copy_", when=_copied_in_memory_order, replace=_dml_copy_in_memory_order,
+             source=BY_HAND.format("copy_ into a permuted destination of 6 to 8 dimensions: written in "
+                                   "its memory order (silent)")),
         dict(op="constant_pad_nd", when=_pad_of_six, error=FatalDirectMLError, message=RANK_ABORT,
              source=BY_HAND.format("constant_pad_nd of 6 dimensions ends the process")),
         dict(op="constant_pad_nd", when=_pad_past_six, message=_pad_rank_message,
@@ -1025,6 +1028,19 @@ def _one_element_past_the_rank_limit(self, other, *_, **__):
 
 def _layer_norm_five_refused(input, normalized_shape, weight=None, *_, **__):
     return weight is not None and input.dim() == 5
+
+
+def _copied_in_memory_order(self, src, *_, **__):
+    return ranks.copied_in_memory_order(self)
+
+
+def _dml_copy_in_memory_order(self, src, *_, **__):
+    """The real binary's ``copy_`` into a permuted destination past 5 dimensions: the source's
+    values, in its own order, written in the destination's memory order."""
+    host = _backend.host(self)
+    source = _backend.host(src) if src.device.type == self.device.type else src
+    host.permute(ranks.memory_order(self)).view(-1).copy_(source.expand(self.shape).reshape(-1))
+    return self
 
 
 def _pad_of_six(self, *_, **__):

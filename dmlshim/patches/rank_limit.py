@@ -13,7 +13,10 @@ layout allows (a contiguous copy otherwise, which the binary gets right at any r
 - ``where``: its operands expanded to the result's shape, flattened;
 - ``native_layer_norm``: as (rows, normalized elements);
 - a binary op whose operands broadcast: the operands expanded first (right at any rank); of
-  one element: flattened.
+  one element: flattened;
+- ``Tensor.copy_`` into a permuted destination (which the binary fills in memory order, its
+  strides ignored): as one dimension in memory order.  Python calls only: a BackendSelect kernel
+  for ``aten::copy_`` breaks every torch-directml copy (``broadcast_copy``'s note).
 
 The rest (``sum()`` of everything, ``prod``, ``any``/``all``, ``var``, ``std_mean``,
 ``logsumexp``, norms, the scatters, ``constant_pad_nd``, a ``gather`` whose index is narrower
@@ -29,6 +32,7 @@ import torch
 from ..laws import ranks
 from ..laws.ranks import RANK_MAX, limit
 from . import _gate, _select
+from ._wrap import PatchSet
 from .dispatcher import Done
 
 _aten = torch.ops.aten
@@ -191,11 +195,35 @@ _hooks = {base: _gate.watching(_past(op))(lambda op, args, kwargs, fix=fix: fix(
 _net_kernels = {base: _select.Kernels({op: fix}) for base, (op, fix) in _NET.items()}
 
 
+def _copy(func, args, kwargs):
+    """``dst.copy_(src)`` into a permuted destination past the limit: as one dimension, in
+    ``dst``'s memory order (the source expanded and laid out the same way: right at any rank)."""
+    dst, src = args[0], (args[1] if len(args) > 1 else kwargs.pop("src"))
+    if not (isinstance(src, torch.Tensor) and ranks.copied_in_memory_order(dst)):
+        return "pass", func(dst, src, *args[2:], **kwargs)
+    order = ranks.memory_order(dst)
+    torch.empty(dst.shape, device="meta").copy_(torch.empty(src.shape, device="meta"))   # torch's errors
+    flat = src.expand(dst.shape).permute(order).reshape(-1)
+    func(dst.permute(order).view(-1), flat, *args[2:], **kwargs)
+    return "flatten", dst
+
+
+def _copies_past_the_limit(target: str):
+    def select(instance, args, kwargs):
+        return not instance.is_cpu and instance.device.type == target and instance.dim() > RANK_MAX
+    return select
+
+
+_patches = PatchSet(__name__)
+
+
 def install(ctx) -> None:
     """The fixes, first in their overloads' chains; ``cat`` and ``mul`` as hooks of the
-    dispatcher net's kernels where it holds them (their own kernels otherwise)."""
+    dispatcher net's kernels where it holds them (their own kernels otherwise); ``copy_``'s
+    Python entry point."""
     from . import dispatcher
     _kernels.install(ctx)
+    _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_copies_past_the_limit(ctx.target))
     for base, (op, _) in _NET.items():
         dispatcher.add_hook(base, _hooks[base])
         if not dispatcher.holds(op):
@@ -204,6 +232,7 @@ def install(ctx) -> None:
 
 def uninstall() -> None:
     from . import dispatcher
+    _patches.restore()
     for base in _NET:
         dispatcher.remove_hook(base, _hooks[base])
         _net_kernels[base].uninstall()
