@@ -110,7 +110,7 @@ ALL_PATCHES = {"mul", "dispatcher", "conv", "rnn", "jit", "cat", "dtypes", "auto
                "channels_last",
                "conv_transpose_padding", "batch_norm_stats", "softplus_beta", "avg_pool_ceil",   # the real binary
                "sort_scalar", "pad_value", "empty_reduction", "empty_broadcast",     # conformance over every sample
-               "masked_fill_rank", "empty_layer_norm", "max_pool_unbatched", "nan_reductions",
+               "masked_fill_rank", "empty_layer_norm", "max_pool_unbatched", "nan_reductions", "nan_sort",
                "max_pool_indices", "pad_unbatched", "lazy_modules", "rank_limit"}
 if torch.__version__.startswith("2.4."):      # new_device_index not modelled there (test_legacy_new)
     ALL_PATCHES.discard("legacy_new")

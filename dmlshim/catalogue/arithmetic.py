@@ -74,6 +74,14 @@ def _nan_reductions(device):
     return torch.isnan(torch.amax(x)), torch.argmax(x)
 
 
+def _nan_sort(device):
+    """`sort`'s indices of `[0, 1, nan]`, and where `log_softmax` of `[0, nan]` is NaN (the defect:
+    `[2, 0, 1]` and `[False, True]`; the CPU: `[0, 1, 2]` and `[True, True]`)."""
+    nan = float("nan")
+    return (torch.sort(torch.tensor([0.0, 1.0, nan]).to(device)).indices,
+            torch.isnan(torch.log_softmax(torch.tensor([0.0, nan]).to(device), 0)))
+
+
 DEFECTS: Tuple[Defect, ...] = (
     Defect("float_times_bool", "#17", "microsoft/DirectML#686, #737",
            "float * bool returns a bool tensor (values lost, silently)",
@@ -117,6 +125,11 @@ DEFECTS: Tuple[Defect, ...] = (
     Defect("nan_reductions", "none", NO_REPORT,
            "amax/max/min (all and dim) skip NaN (a slice of NaN only: -inf/inf), argmax/argmin and max/min's "
            "indices take a NaN only in first place, logsumexp of -inf only or with +inf gives NaN, vector_norm "
-           "ord inf/-inf skips NaN (silent); sort/topk/log_softmax with NaN wrong too (not fixed)",
+           "ord inf/-inf skips NaN (silent)",
            case_probe(_nan_reductions), ("nan_reductions",), found=MEASURED, rules=("_nan_blind", "_dml_vector_norm")),
+    Defect("nan_sort", "none", NO_REPORT,
+           "sort/argsort/msort/topk of a float tensor holding NaN place NaN among the values (a merge sort "
+           "whose comparisons with NaN are false; the CPU: NaN largest, after +inf); log_softmax of a slice "
+           "holding NaN or +inf gives values at its other positions where the CPU has NaN (silent)",
+           case_probe(_nan_sort), ("nan_sort",), found=MEASURED, rules=("_nan_sorted", "_nan_log_softmax")),
 )

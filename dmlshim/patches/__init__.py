@@ -209,6 +209,13 @@ REGISTRY: Tuple[Patch, ...] = (
           # after int_range, whose argmax/max(dim) indices' span it keeps (its fix passes the call
           # on to this one); before vector_norm, whose fixed norm it amends
           after=("int_range", "empty_reduction"), before=("vector_norm", "bool_minmax")),
+    Patch("nan_sort", "sort/argsort/msort/topk place NaN among the values, log_softmax of a slice holding NaN or "
+                      "+inf gives values where the CPU has NaN (measured on the real 0.2.5 binary): the device's "
+                      "stable sort with NaN as +inf, then of the NaN mask; NaN put in by where, on the device "
+                      "(no read; 2x to 5x the sort or topk, 2x to 3.5x log_softmax on lavapipe)",
+          # after rank_limit (6-D: flattened first), sort_scalar (0-dim, empty) and int_range, whose
+          # sort/topk indices' span it keeps (its fix passes the call on to this one)
+          after=("rank_limit", "sort_scalar", "int_range")),
     Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
                            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
                            "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "
