@@ -12,14 +12,13 @@ taken in that order (NaN after the rest ascending, before it descending), the tw
 permutations composed by ``gather``: the CPU's stable order, exact (isnan, where, two sorts,
 three gathers and a cast).  ``stable=False`` gets that stable order too: the CPU's own order
 of equal values is its kernel's (not stable past 16 or so elements), the values the same.
-``topk``: that sort's first ``k`` (the CPU's order of equal values in a topk is its kernel's
-too).  ``log_softmax``: the kernel's result, NaN put in by ``where`` over the slices holding
+``topk``: the kernel's topk of a key with NaN above +inf (``_top``), the values gathered.  ``log_softmax``: the kernel's result, NaN put in by ``where`` over the slices holding
 NaN or +inf, told from the result (``laws.nan.kept``: its sum, ``< inf``, ``where``).  The
 ``out=`` overloads compute the functional call (through the fixes before this one) and write
 it into their outs.  Every float call pays these kernels, NaN or not: whether a slice holds
 one is known only from its values.  Measured on lavapipe (its kernels run on the CPU, two
-shared cores: noisy): ``sort`` of (64, 256) 2x, (4, 4096) 3x; ``topk`` 5 of (64, 256) 3x, 50 of
-(4, 32000) 3x to 5x (two whole sorts for the kernel's one topk); ``log_softmax`` of (64, 1024)
+shared cores: noisy): ``sort`` of (64, 256) 2x, (4, 4096) 3x; ``topk`` measured as two whole sorts
+first (3x to 5x on lavapipe, 56x for 5 of (8, 32000) on the emulator), now one topk; ``log_softmax`` of (64, 1024)
 and (4, 32000) 2x to 3.5x.
 """
 from __future__ import annotations
@@ -71,10 +70,26 @@ def _ordered(op, keyset, args, kwargs):
     if op in _OUTS:
         return _into_outs(op, args, kwargs, self, dim, descending, k)
     with trace.substitute():                        # the op computed another way on the device
-        values, indices = _in_cpu_order(self, dim, descending, keyset)
         if k is not None and k < self.shape[dim]:
-            values, indices = values.narrow(dim, 0, k).contiguous(), indices.narrow(dim, 0, k).contiguous()
-        return Done((values, indices))
+            return Done(_top(self, k, dim, descending, bound(op, args, kwargs).get("sorted", True), keyset))
+        return Done(_in_cpu_order(self, dim, descending, keyset))
+
+
+def _top(x, k, dim, largest, sorted_, keyset):
+    """``topk`` of a key that orders NaN above +inf, as the CPU does: NaN as +inf, +inf as the
+    dtype's largest finite value (float16 keyed in float32, where that is above any float16);
+    the values gathered from ``x``.  The kernel's one topk and a few elementwise kernels, not two
+    whole sorts (a decoder's topk of its vocabulary, every step).  Equal values come in the
+    kernel's order, as the CPU's do in its; a float32 slice holding both +inf and the largest
+    finite float32 may order those two otherwise."""
+    key = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x        # +inf above any of theirs
+    key = torch.where(torch.isnan(key), _INF, torch.where(key == _INF, torch.finfo(key.dtype).max, key))
+    token = _INSIDE.set(True)
+    try:
+        _, indices = _aten.topk.default.redispatch(below(keyset), key, k, dim, largest, sorted_)
+    finally:
+        _INSIDE.reset(token)
+    return x.gather(dim, indices), indices
 
 
 def _into_outs(op, args, kwargs, self, dim, descending, k):
