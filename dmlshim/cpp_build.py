@@ -26,6 +26,8 @@ from typing import Optional
 
 import torch
 
+from . import _cache
+
 STALE_LOCK_S = 600      # a build takes about 30 s; a lock this old outlived a killed build
 PREBUILT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_prebuilt")
 _log = logging.getLogger("dmlshim")
@@ -139,8 +141,7 @@ def prebuild(prefix: str, source: str) -> str:
 
 def failures_path() -> str:
     """The record of failed builds: ``build-failures.json`` in dmlshim's cache folder."""
-    import platformdirs
-    return os.path.join(platformdirs.user_cache_dir("dmlshim", appauthor=False), "build-failures.json")
+    return os.path.join(_cache.folder(), "build-failures.json")
 
 
 def _failures() -> list:
@@ -176,11 +177,7 @@ def forget_failures(prefix: str = "") -> int:
 def _write_failures(records: list) -> None:
     path = failures_path()
     try:                                     # a record that cannot be written costs a retry
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(records, f, indent=1)
-        os.replace(tmp, path)
+        _cache.write_json(path, records)
     except OSError as exc:
         _log.info("dmlshim: cannot record the failed build in %s: %s", path, exc)
 

@@ -26,7 +26,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
-from . import devices, probe_child, trace
+from . import _cache, devices, probe_child, trace
 from . import catalogue
 from .catalogue import Defect, Verdict
 from .probe_child import verdict_of
@@ -238,8 +238,7 @@ def _quiet(emulated: bool):
 
 def cache_dir() -> str:
     """Where verdicts are cached: ``platformdirs.user_cache_dir("dmlshim")``."""
-    import platformdirs
-    return platformdirs.user_cache_dir("dmlshim", appauthor=False)
+    return _cache.folder()
 
 
 def cache_key(adapter: Optional[str], float64: bool) -> dict:
@@ -285,10 +284,6 @@ def write_cache(key: dict, verdicts: Dict[str, Verdict]) -> None:
     data = {"format": _CACHE_FORMAT, "key": key, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "verdicts": {n: {"broken": v.broken, "figure": v.figure} for n, v in verdicts.items()}}
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
+        _cache.write_json(path, data)
     except OSError as exc:
         warnings.warn(f"dmlshim: cannot write the probe cache {path}: {exc}", RuntimeWarning, stacklevel=2)

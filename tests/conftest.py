@@ -99,6 +99,19 @@ def profile(dml_device):
 
 
 @pytest.fixture
+def shim_off():
+    """No shim; afterwards none, and the emulator's default rules (a test may set others)."""
+    import dmlshim
+    from dmlshim import emulation
+
+    dmlshim.deactivate()
+    yield
+    dmlshim.deactivate()
+    if emulation.is_installed():
+        emulation.configure()
+
+
+@pytest.fixture
 def shim():
     """dmlshim active with only the known patches (no catch-all), fresh stats;
     deactivated afterwards. Test files that need other settings override it."""

@@ -8,7 +8,6 @@ import torch.nn.functional as F
 import dmlshim
 from dmlshim import emulation, patches, probing
 from dmlshim.emulation import rules
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
 CL, CL3 = torch.channels_last, torch.channels_last_3d

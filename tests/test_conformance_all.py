@@ -7,7 +7,6 @@ import torch
 
 import dmlshim
 from dmlshim import patches, probing
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
 

@@ -90,16 +90,6 @@ def _own_fixes(detection, name):
     return set(BY_NAME[name].fixes) - others
 
 
-@pytest.fixture
-def shim_off():
-    """No shim; afterwards none, and the emulator's default rules (a test may set others)."""
-    dmlshim.deactivate()
-    yield
-    dmlshim.deactivate()
-    if emulation.is_installed():
-        emulation.configure()
-
-
 @pytest.mark.emulated_only(reason=_RULES)
 @pytest.mark.parametrize("name", sorted(RULES))
 def test_rule_on_is_detected_and_fixed(dml_device, shim_off, name, assert_parity, assert_differs):

@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dmlshim
 from dmlshim import emulation, errors
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 # E_INVALIDARG as the device renders it: Windows' text, or WSL's and the real binary's
 # here, "Unknown error -2147024809" (dmlshim/errors.py, failure_modes.md #28)

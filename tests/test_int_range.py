@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import dmlshim
 from dmlshim.laws import integers
 from dmlshim.patches import int_range
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 aten = torch.ops.aten
 

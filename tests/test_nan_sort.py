@@ -11,7 +11,6 @@ import dmlshim
 from dmlshim import emulation, patches, probing
 from dmlshim.emulation import rules, rules_refused
 from dmlshim.laws import nan as nan_law
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
 NAN, INF = float("nan"), float("inf")

@@ -21,7 +21,6 @@ from dmlshim.emulation import rules, rules_refused
 from dmlshim.laws import broadcast
 from dmlshim.laws.pooling import dml_windows_agree
 from dmlshim.patches.pad_negative import crop
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
 OBSERVED = [d for d in catalogue.DEFECTS if d.found == catalogue.MEASURED]

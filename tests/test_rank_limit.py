@@ -81,16 +81,6 @@ CASES = {
 
 
 @pytest.fixture
-def shim_off():
-    """No shim; afterwards none, and the emulator's default rules."""
-    dmlshim.deactivate()
-    yield
-    dmlshim.deactivate()
-    if emulation.is_installed():
-        emulation.configure()
-
-
-@pytest.fixture
 def ranked_shim(dml_device):
     dmlshim.deactivate()
     dmlshim.activate(fallback="known", trace=0)

@@ -18,7 +18,6 @@ import dmlshim
 from dmlshim import catalogue, emulation, patches, probing
 from dmlshim.emulation import rules, rules_refused
 from dmlshim.patches import refused
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
 OBSERVED = [d for d in catalogue.DEFECTS if d.found == catalogue.MEASURED]

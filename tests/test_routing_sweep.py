@@ -9,7 +9,6 @@ import torch
 
 import dmlshim
 from dmlshim.emulation import opaque, rules, rules_refused
-from test_defects import shim_off  # noqa: F401  (the fixture: no shim, the default rules after)
 
 CPU = torch.device("cpu")
 INDEX = torch.tensor([[0, 1, 2, 0], [1, 2, 0, 1]])
