@@ -94,7 +94,7 @@ REALDML_CI_TESTS := $(addprefix tests/test_,$(addsuffix .py,realdml patch_mul pa
 # a long tiled run, never alone nor untiled: that artifact's class.  And test_probe_child: untiled,
 # eye (the fallback_out probe) ends the process, which the child must contain (issue 50).
 REALDML_MODEL_TESTS := $(addprefix tests/test_,$(addsuffix .py,funasr funasr_ctc funasr_families gfpgan_families \
-    whisper_real opmath probe_child))
+    whisper_real opmath probe_child real_images))
 REALDML_UNTILED := $(REALDML_RUN) env VKD3D_TILED_RESOURCES=0
 LANE_2.4.1      := .venv-torch2.4.1
 

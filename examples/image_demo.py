@@ -228,7 +228,7 @@ def main(argv=None):
         (f"|device - CPU| x{MAGNIFY}\nmax {int(difference.max())} levels", magnified),
         ("original", crop)])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(str(args.out), picture)
+    cv2.imwrite(str(args.out), picture, [cv2.IMWRITE_PNG_COMPRESSION, 9])
     print(f"\npicture: {args.out}  (input, bicubic, CPU, device, |device - CPU| x{MAGNIFY}, original)")
     if outside:
         print(f"OUTSIDE the {profile.name!r} profile: {', '.join(outside)}")

@@ -290,3 +290,32 @@ def test_realesrgan_on_the_device_matches_the_cpu(name, side, cache, libs, photo
     figures = parity.compare_images(image, expected_image)
     assert figures.within(profile), figures
     assert reads == {}, reads
+
+
+# --- the demo (make demo) --------------------------------------------------------------
+
+def test_the_demo_finds_the_face_upscales_and_writes_its_picture(tmp_path, device_kind, libs, capsys):
+    import cv2
+    import image_demo
+
+    out = tmp_path / "demo.png"
+    try:
+        status = image_demo.main(["--device", device_kind, "--size", "32", "--model", "animevideov3",
+                                  "--out", str(out)])
+    finally:
+        dmlshim.deactivate()
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert "1 face(s) on the device" in text and "OUTSIDE" not in text
+    assert text.count("within the") == 2 and f"picture: {out}" in text
+    picture = cv2.imread(str(out))
+    assert picture.shape == (28 + 32, 6 * 32 + 5 * 2, 3)
+
+
+def test_the_demo_refuses_a_size_that_is_not_a_multiple_of_4():
+    import image_demo
+
+    assert image_demo.parse_args([]).size == 192 and image_demo.parse_args([]).model == "x4plus"
+    for bad in (["--size", "30"], ["--size", "8"], ["--tile", "-1"], ["--model", "x2plus"]):
+        with pytest.raises(SystemExit):
+            image_demo.parse_args(bad)
