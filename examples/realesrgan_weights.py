@@ -280,7 +280,12 @@ def checkpoint(name: str = "x4plus", source: Tuple[Path, Path] = None, *, sha256
     sd = state_dict(name, layers, read_bin(bin_, layers))
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as f:
-        torch.save({"params_ema": sd}, f)
+        try:
+            torch.save({"params_ema": sd}, f)
+        except BaseException:
+            f.close()
+            os.unlink(f.name)
+            raise
     os.replace(f.name, target)                          # whole, or not at all
     return target
 

@@ -220,7 +220,12 @@ def checkpoint(source: Path = None, *, sha256: str = None, cache: Path = None) -
     sd = state_dict(read_onnx(data))
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as f:
-        torch.save(sd, f)
+        try:
+            torch.save(sd, f)
+        except BaseException:
+            f.close()
+            os.unlink(f.name)
+            raise
     os.replace(f.name, target)                          # whole, or not at all
     return target
 

@@ -121,6 +121,19 @@ def test_realesrgan_wrong_checksum_is_refused_and_nothing_is_cached(tmp_path):
         realesrgan_weights.checkpoint("x2plus", cache=tmp_path)
 
 
+@pytest.mark.parametrize("module", [realesrgan_weights, retinaface_weights], ids=["realesrgan", "retinaface"])
+def test_a_failed_write_leaves_nothing(module, monkeypatch, tmp_path):
+    """A write that fails half way (a full disk) leaves no checkpoint and no partial file."""
+    def save(obj, f):
+        f.write(b"partial")
+        raise OSError("No space left on device")
+    monkeypatch.setattr(module.torch, "save", save)
+    args = ("animevideov3",) if module is realesrgan_weights else ()
+    with pytest.raises(OSError, match="No space left"):
+        module.checkpoint(*args, cache=tmp_path)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
 def test_realesrgan_missing_package_is_named(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
