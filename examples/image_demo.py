@@ -38,7 +38,6 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 DEVICES = ("emulated", "directml", "auto", "cpu")
 UPSCALE_MODELS = ("x4plus", "animevideov3", "x4plus_anime_6B")
 SCALE = 4

