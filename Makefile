@@ -19,7 +19,7 @@ STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 export PIP_CONSTRAINT := $(CURDIR)/$(VENV)/constraints.txt
 
-.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci test-realdml-models demo-realdml demo-realdml-vad demo-realdml-asr demo-realdml-whisper \
+.PHONY: setup test demo bench conformance docs clean realdml-deps realdml test-realdml test-realdml-ci test-realdml-models demo-realdml demo-realdml-vad demo-realdml-asr demo-realdml-whisper demo-realdml-images \
     wheel-check
 
 setup: $(STAMP)
@@ -136,8 +136,13 @@ test-realdml-models: realdml
 # make demo on the real binary: FSMN-VAD (real weights), Whisper tiny.en (real weights), then
 # SeACo-Paraformer transcriptions without and with hotwords, each against the CPU (tiled
 # resources off, as test-realdml-models).
-demo-realdml: demo-realdml-vad demo-realdml-whisper demo-realdml-asr
+demo-realdml: demo-realdml-vad demo-realdml-whisper demo-realdml-asr demo-realdml-images
 	$(REALDML_UNTILED) $(REALDML_PY) examples/funasr_transcribe.py --device directml --compare-cpu --hotword "天气 公园"
+
+# The image part on the real binary at a size lavapipe finishes in seconds: RetinaFace on the
+# photo, realesr-animevideov3 (its PReLU needs dmlshim's fix) on a 128-pixel crop, against the CPU.
+demo-realdml-images: realdml
+	$(REALDML_UNTILED) $(REALDML_PY) examples/image_demo.py --device directml --model animevideov3 --size 128
 
 demo-realdml-whisper: realdml
 	$(REALDML_UNTILED) $(REALDML_PY) examples/whisper_transcribe.py --device directml
