@@ -210,7 +210,7 @@ def main(argv=None):
           f"{dict(syncs) or 'none'}")
     print(f"  device vs CPU: {figures} -> {'within' if ok else 'OUTSIDE'} the {profile.name!r} profile "
           f"(max {profile.max_pixel}, >= {profile.min_psnr_db:g} dB)")
-    print(f"  against the original crop (PSNR, SSIM; GAN-trained Real-ESRGAN trades PSNR for sharpness):")
+    print("  against the original crop (PSNR, SSIM; GAN-trained Real-ESRGAN trades PSNR for sharpness):")
     for label, result in (("bicubic", bicubic), ("Real-ESRGAN, CPU", on_cpu), ("Real-ESRGAN, device", on_device)):
         psnr, ssim = quality(crop, result)
         print(f"    {label:<20} PSNR {psnr:5.2f} dB, SSIM {ssim:.4f}")

