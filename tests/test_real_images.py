@@ -309,6 +309,26 @@ def test_realesrgan_on_the_device_matches_the_cpu(name, side, cache, libs, photo
     assert reads == {}, reads
 
 
+@pytest.mark.parametrize("name, side", [("animevideov3", 24)])
+def test_realesrgan_in_float16_on_the_device_is_within_the_float16_profile(name, side, cache, libs, photo,
+                                                                            dml_device):
+    """``RealESRGANer(half=True)``, how people run it on a GPU: the device's float16 image
+    against the CPU's float32 one, held to the ``float16`` profile (dmlshim.parity: its figures)."""
+    import cv2
+
+    crop = cv2.resize(photo[40:200, 150:310], (side, side), interpolation=cv2.INTER_AREA)
+    expected, _ = realesrgan_weights.upsampler(name, "cpu", cache=cache).enhance(crop, outscale=4)
+    dev = realesrgan_weights.upsampler(name, dml_device, half=True, cache=cache)
+    dmlshim.activate()
+    try:
+        image, _ = dev.enhance(crop, outscale=4)
+    finally:
+        dmlshim.deactivate()
+    assert next(dev.model.parameters()).dtype == torch.float16
+    figures = parity.compare_images(image, expected)
+    assert figures.within(parity.profile("float16")), figures
+
+
 # --- the demo (make demo) --------------------------------------------------------------
 
 def test_the_demo_finds_the_face_upscales_and_writes_its_picture(tmp_path, device_kind, libs, capsys):
