@@ -157,6 +157,22 @@ def restore(restorer, image, *, aligned, seed):
     return pasted, len(faces)
 
 
+def stage_pairs(restorer, cpu_restorer) -> dict:
+    """Each stage of the last ``enhance`` on the device beside the CPU's, where the figures of
+    the whole image do not tell which stage diverged: the detected landmarks (their largest
+    difference, in pixels), the aligned face crops and the restored faces (uint8 images)."""
+    device, cpu = restorer.face_helper, cpu_restorer.face_helper
+    pairs = {}
+    if len(device.all_landmarks_5) == len(cpu.all_landmarks_5) and len(cpu.all_landmarks_5):
+        delta = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+                    for a, b in zip(device.all_landmarks_5, cpu.all_landmarks_5))
+        pairs["landmarks"] = (f"max {delta:.3g} px", None)
+    for name in ("cropped_faces", "restored_faces"):
+        for i, (a, b) in enumerate(zip(getattr(device, name), getattr(cpu, name))):
+            pairs[f"{name}[{i}]"] = (a, b)
+    return pairs
+
+
 def before_after(before, after):
     """``before`` scaled to ``after``'s size, side by side with it."""
     h, w = after.shape[:2]
@@ -197,11 +213,23 @@ def main(argv=None):
               f"{stem}_restored.png, {stem}_before_after.png")
         if cpu_restorer is not None:
             reference, _ = restore(cpu_restorer, image, aligned=args.aligned, seed=args.seed)
+            # each stage before the paste-back to the whole profile; the pasted image to its PSNR
+            # only: the inverse warp and its eroded, blurred mask flip a few edge pixels by up to 7
+            # levels for landmarks 4e-6 px apart (measured on the real binary; docs/gfpgan.md)
+            ok = True
+            for stage, (got, expected) in stage_pairs(restorer, cpu_restorer).items():
+                if expected is None:
+                    print(f"  {stage}: {got}")
+                    continue
+                stage_figures = parity.compare_images(got, expected)
+                ok &= stage_figures.within(profile)
+                print(f"  {stage}: {stage_figures} -> {'within' if stage_figures.within(profile) else 'OUTSIDE'}")
             figures = parity.compare_images(result, reference)
-            ok = figures.within(profile)
+            ok &= figures.psnr_db >= profile.min_psnr_db
             outside += not ok
             print(f"{path.name}: vs CPU: {figures} -> {'within' if ok else 'OUTSIDE'} the "
-                  f"{profile.name!r} profile (max {profile.max_pixel}, >= {profile.min_psnr_db:g} dB)")
+                  f"{profile.name!r} profile (stages max {profile.max_pixel}; the pasted image >= "
+                  f"{profile.min_psnr_db:g} dB)")
     return 1 if outside else 0      # with --trace, dmlshim logs its per-op report at exit
 
 
