@@ -36,6 +36,8 @@ from ._wrap import PatchSet
 from .dispatcher import Done
 
 _aten = torch.ops.aten
+
+
 def _past(op) -> _gate.Watch:
     """The gate's watch: a tensor of more dimensions than ``op``'s kernel takes."""
     return _gate.Watch(ranks=frozenset(range(limit(op) + 1, 64)))
@@ -55,7 +57,7 @@ def _around(shape, d: int):
 
 
 def _reduced(op, keyset, args, kwargs):
-    """sum/mean/amax/amin over some dimensions, as (kept, reduced) reduced over the last."""
+    """sum/mean/amax over some dimensions, as (kept, reduced) reduced over the last."""
     self = args[0]
     if self.dim() <= RANK_MAX:
         return None
