@@ -1,7 +1,8 @@
-"""dispatcher patch: the float x bool fix (DirectML#686, #737; failure_modes.md #17) holds
-however aten::mul is reached: C++ composites, torch.ops.aten, backward(), inference_mode,
-other threads.  Each form is checked both ways: without the net the bug reproduces, with it
-the result (dtype and values) equals the CPU's."""
+"""BackendSelect fixes hold however the aten op is reached: the float x bool fix (the ``mul``
+patch; DirectML#686, #737; failure_modes.md #17) through C++ composites, torch.ops.aten,
+backward(), inference_mode, other threads; the dispatcher net's CPU indices and CPU islands.
+Each form is checked both ways: without the fix the bug reproduces, with it the result
+(dtype and values) equals the CPU's."""
 import functools
 import re
 import threading
@@ -13,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 import dmlshim
 from dmlshim import emulation, islands, patches
-from dmlshim.patches import dispatcher
+from dmlshim.patches import dispatcher, mul
 
 aten = torch.ops.aten
 
@@ -29,10 +30,20 @@ def data(dml_device):
 
 @pytest.fixture
 def net(dml_device):
-    """Only the dispatcher net (no wrapt patches): what it covers on its own."""
+    """Only the mul patch's BackendSelect fix (no other patch): what it covers on its own."""
     dmlshim.deactivate()
     ctx = patches.Context(target=dml_device.type)
-    dispatcher.install(ctx)
+    mul.install(ctx)
+    dmlshim.trace.reset()
+    yield
+    mul.uninstall()
+
+
+@pytest.fixture
+def the_net(dml_device):
+    """Only the dispatcher net (no wrapt patches): what it covers on its own."""
+    dmlshim.deactivate()
+    dispatcher.install(patches.Context(target=dml_device.type))
     dmlshim.trace.reset()
     yield
     dispatcher.uninstall()
@@ -224,7 +235,7 @@ def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data, assert_sam
     on_device = {"dev i * 2.5": lambda: (id_ * 2.5).cpu(), "dev m * 3": lambda: (md * 3).cpu(),
                  "dev x * True": lambda: (xd * True).cpu()}
     expected = {name: fn() for name, fn in cases.items()}
-    dispatcher.install(patches.Context(target=dml_device.type))
+    mul.install(patches.Context(target=dml_device.type))
     dmlshim.trace.reset()
     try:
         for name, fn in cases.items():
@@ -232,7 +243,7 @@ def test_cpu_tensors_and_wrapped_numbers_unaffected(dml_device, data, assert_sam
         for name, fn in on_device.items():
             assert_parity(fn(), cases[name[len("dev "):]](), f"{name}: ")
     finally:
-        dispatcher.uninstall()
+        mul.uninstall()
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
     # md * 3 (as the mul patch does 2.5 * m) and xd * True (a wrapped bool is a bool
     # operand too); no CPU call recorded
@@ -251,7 +262,7 @@ def test_a_number_beside_a_0_dim_device_tensor_without_wrapped_numbers(dml_devic
     b = torch.tensor(1.25, dtype=torch.float16)
     converted = fallback.numbers_as_tensors(aten.mul.Tensor, (b.to(dml_device), 1e-05))
     assert converted[1].device == dml_device and converted[1].dtype is torch.float16
-    dispatcher.install(patches.Context(target=dml_device.type))
+    mul.install(patches.Context(target=dml_device.type))
     try:
         got = b.to(dml_device) * 1e-05
         assert got.dtype is torch.float16
@@ -259,19 +270,19 @@ def test_a_number_beside_a_0_dim_device_tensor_without_wrapped_numbers(dml_devic
         assert_parity(torch.addcmul(b.to(dml_device), b.to(dml_device), b.to(dml_device),
                                     value=0.5).cpu(), torch.addcmul(b, b, b, value=0.5))
     finally:
-        dispatcher.uninstall()
+        mul.uninstall()
 
 
 def test_acts_only_on_the_target_device_type(dml_device, data, assert_differs):
     dmlshim.deactivate()
     (x, m, _), (xd, md, _) = data
-    dispatcher.install(patches.Context(target="cuda"))       # benchmarks/gpu.py's target
+    mul.install(patches.Context(target="cuda"))       # benchmarks/gpu.py's target
     try:
         # privateuseone: not ours to fix, float x bool stays wrong (the emulator: bool; the
         # real 0.2.5 binary, called from a Python kernel: float32 of the truncated floats)
         assert_differs(aten.mul.Tensor(xd, md).cpu(), aten.mul.Tensor(x, m))
     finally:
-        dispatcher.uninstall()
+        mul.uninstall()
     assert dispatcher.backend_key("privateuseone") == torch._C.DispatchKey.PrivateUse1
     assert dispatcher.backend_key("cuda") == torch._C.DispatchKey.CUDA
 
@@ -285,11 +296,11 @@ def test_report_records_coercions(net, data):
     assert rows["aten::mul.Tensor"]["h2d"] == rows["aten::mul.Tensor"]["d2h"] == 0
 
 
-def test_python_level_call_is_fixed_once_by_the_wrapper(shim, data):
+def test_python_level_call_is_fixed_once_at_backend_select(shim, data):
     _, (xd, md, _) = data
     xd * md
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
-    assert rows == {"Tensor.__mul__": {"coerce": 1}}          # the net then only passes it on
+    assert rows == {"aten::mul.Tensor": {"coerce": 1}}        # one layer: no Python-level row
 
 
 def _backend_select_lines(op="aten::mul.Tensor"):
@@ -307,7 +318,7 @@ def test_deactivate_removes_every_registration(dml_device, older_index_rule, dat
         # older index rule on (the emulator); the real 0.2.5 binary takes CPU indices (#10),
         # so no index kernels there
         now = dispatcher.registered()
-        assert now["aten::mul.Tensor"] and now == (first or now)
+        assert _backend_select_lines() and now == (first or now)
         first = now
         assert all(now.values()) or not emulation.is_installed()
         assert "dispatcher" in patches.installed()
@@ -341,7 +352,7 @@ DTYPES = st.sampled_from([torch.float32, torch.float16, torch.int64, torch.bool]
 def test_property_aten_mul_with_bool_equals_cpu(dml_device, shape, ones, dtype, bool_first, seed, assert_parity):
     """Broadcast shapes, empty tensors, several dtypes, either order, through the aten op."""
     dmlshim.deactivate()
-    dispatcher.install(patches.Context(target=dml_device.type))
+    mul.install(patches.Context(target=dml_device.type))
     try:
         g = torch.Generator().manual_seed(seed)
         x = (torch.randn(shape, generator=g) * 10).to(dtype)
@@ -349,7 +360,7 @@ def test_property_aten_mul_with_bool_equals_cpu(dml_device, shape, ones, dtype, 
         a, b = (m, x) if bool_first else (x, m)
         assert_parity(aten.mul.Tensor(a.to(dml_device), b.to(dml_device)).cpu(), a * b)
     finally:
-        dispatcher.uninstall()
+        mul.uninstall()
 
 
 # ------------------------------------------- CPU index tensors, empty cat, CPU islands
@@ -412,7 +423,7 @@ def test_without_net_index_and_empty_cat_fail(older_index_rule, data, case):
 
 
 @pytest.mark.parametrize("case", list(NET_CASES))
-def test_net_moves_indices_and_drops_empties(older_index_rule, net, data, case, assert_parity):
+def test_net_moves_indices_and_drops_empties(older_index_rule, the_net, data, case, assert_parity):
     fn, _ = NET_CASES[case]
     got = fn(data[1][0])
     assert got.device == data[1][0].device
@@ -420,7 +431,7 @@ def test_net_moves_indices_and_drops_empties(older_index_rule, net, data, case, 
 
 
 @pytest.mark.parametrize("case", list(ISLAND_CASES))
-def test_net_runs_them_as_cpu_islands(net, data, case, assert_parity):
+def test_net_runs_them_as_cpu_islands(the_net, data, case, assert_parity):
     expected = ISLAND_CASES[case](data[0][0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -430,7 +441,7 @@ def test_net_runs_them_as_cpu_islands(net, data, case, assert_parity):
     assert any(r["actions"].get("island") for r in dmlshim.report().rows)
 
 
-def test_net_keeps_transfers_and_casts_working(net, data, assert_parity):
+def test_net_keeps_transfers_and_casts_working(the_net, data, assert_parity):
     (x, _, _), (xd, _, _) = data
     assert x.to(xd.device).device == xd.device and xd.to("cpu").is_cpu
     assert xd.half().device == xd.device and xd.half().dtype == torch.float16
@@ -465,7 +476,7 @@ def test_without_net_complex_and_float64_fail(data, case):
 
 
 @pytest.mark.parametrize("case", list(HOME_CASES))
-def test_net_runs_composites_on_the_cpu_with_results_on_the_device(net, data, case, assert_parity):
+def test_net_runs_composites_on_the_cpu_with_results_on_the_device(the_net, data, case, assert_parity):
     expected = HOME_CASES[case](data[0][0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -499,7 +510,7 @@ def test_without_net_gradient_cases_abort(data, case):
 
 
 @pytest.mark.parametrize("case", list(GRAD_CASES))
-def test_net_keeps_autograd_through_composites_and_island_creators(net, data, case, assert_parity):
+def test_net_keeps_autograd_through_composites_and_island_creators(the_net, data, case, assert_parity):
     x, xd = data[0][0].clone().requires_grad_(), data[1][0].clone().requires_grad_()
     GRAD_CASES[case](x).backward()
     with warnings.catch_warnings():

@@ -85,7 +85,7 @@ def _nan_sort(device):
 DEFECTS: Tuple[Defect, ...] = (
     Defect("float_times_bool", "#17", "microsoft/DirectML#686, #737",
            "float * bool returns a bool tensor (values lost, silently)",
-           probe_float_times_bool, ("mul", "dispatcher:mul", "conv"), found=CATALOGUE,
+           probe_float_times_bool, ("mul",), found=CATALOGUE,
            rules=("_bool_times_other",)),
     Defect("bool_minmax", "none", NO_REPORT, "max()/min() of a bool tensor return int32 (values right)",
            case_probe(_bool_minmax), ("bool_minmax",), found=MEASURED, rules=("_as_int32",)),

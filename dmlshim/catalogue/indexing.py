@@ -100,7 +100,7 @@ def _combinations(device):
 DEFECTS: Tuple[Defect, ...] = (
     Defect("empty_cat", "#19, #20", "microsoft/VibeVoice#49; DirectML PR#527",
            "cat/stack with an empty input: 'The parameter is incorrect.'",
-           probe_empty_cat, ("cat", "dispatcher:cat"), found=CATALOGUE, rules=("_empty_beside_data",)),
+           probe_empty_cat, ("cat",), found=CATALOGUE, rules=("_empty_beside_data",)),
     Defect("cpu_index", "#10", "microsoft/DirectML#442, #397",
            "a CPU index tensor in a DirectML kernel: 'unbox expects Dml at::Tensor'",
            probe_cpu_index, ("dispatcher:index",), found=CATALOGUE, rules=("index.Tensor _cpu_operand",)),

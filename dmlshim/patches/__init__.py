@@ -56,12 +56,11 @@ class Patch:
 
 
 REGISTRY: Tuple[Patch, ...] = (
-    Patch("mul", "float x bool returns bool on DirectML: cast the bool operand first "
-                 "(DirectML#686, #737; failure_modes.md #17)", modes=FALLBACK_MODES),
-    Patch("dispatcher", "the same float x bool fix as a BackendSelect kernel per aten overload, for "
-                        "what mul cannot see: C++ composites (ldexp), torch.ops.aten, backward()"),
-    Patch("conv", "bool/integer input to conv1d/2d/3d: cast to the weight's dtype (safety net; "
-                  "the root cause is mul, failure_modes.md #17)", modes=FALLBACK_MODES),
+    Patch("mul", "float x bool returns bool on DirectML: the bool operand cast first, at "
+                 "BackendSelect (DirectML#686, #737; failure_modes.md #17)"),
+    Patch("dispatcher", "the dispatcher net: CPU index tensors moved over, and values the device "
+                        "cannot hold (complex, bfloat16, float64) made as CPU islands, however "
+                        "the op is reached (C++ composites, torch.ops.aten, backward())"),
     Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): aten::lstm/gru/"
                  "*_cell run on the CPU with cached CPU weights however reached (nn modules, "
                  "TorchScript, torch.ops.aten; AutogradPrivateUse1 + PrivateUse1 kernels) "
@@ -82,7 +81,7 @@ REGISTRY: Tuple[Patch, ...] = (
                       "(no AutocastPrivateUse1 kernels; measured on the real 0.2.5 binary, #36): "
                       "the autocast is entered disabled, with a warning"),
     Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
-                 "#19, #20; DirectML PR#527): drop empties on the device, else CPU", modes=FALLBACK_MODES),
+                 "#19, #20; DirectML PR#527): the empties dropped on the device, at BackendSelect"),
     Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
                     "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
           modes=FALLBACK_MODES),
@@ -91,7 +90,7 @@ REGISTRY: Tuple[Patch, ...] = (
                         "device, at every torch function that takes out=", modes=FALLBACK_MODES,
           # outside the wrappers of the patches that intercept torch functions, so dtypes still
           # finds torch.fft's builtins; inside auto's wrapper
-          after=("cat", "dtypes"), before=("auto",)),
+          after=("dtypes",), before=("auto",)),
     Patch("legacy_new", "Tensor.new(...) refused on PrivateUse1 by torch 2.0 (torch-directml <= 0.2.0; "
                         "failure_modes.md #11, DirectML#400, #415): rebuild each legacy form on the device; "
                         "passes through where torch accepts it (2.4.1)", modes=FALLBACK_MODES),
@@ -114,7 +113,7 @@ REGISTRY: Tuple[Patch, ...] = (
           modes=("auto", "known"),
           # it leaves alone what the core patches' intercept wrappers already guard (they run
           # its retry inline; __dmlshim_guarded__) and wraps the rest
-          after=("mul", "conv", "broadcast_copy", "copy_to_cpu", "cat", "dtypes", "legacy_new")),
+          after=("broadcast_copy", "copy_to_cpu", "dtypes", "legacy_new")),
     Patch("rank_limit", "reductions, scans, sorts, cat, where, gather, index_select, flip, layer_norm and "
                         "broadcasting binary ops of more than 5 dimensions end the process (measured on the "
                         "real 0.2.5 binary; DirectML#537): on fewer dimensions on the device, else on the CPU",

@@ -46,6 +46,16 @@ def aside() -> bool:
     return _aside > 0 or fallback.busy()
 
 
+def probing() -> bool:
+    """Whether a probe runs: the fixes that also fix the shim's own work
+    (``Kernels(while_busy=True)``) stand aside only then."""
+    return _aside > 0
+
+
+def _busy_too(fix) -> bool:
+    return getattr(fix, "__dmlshim_while_busy__", False)
+
+
 def on_cpu(op, args, kwargs) -> Done:
     """The call run on the CPU, its results back on the device (always right)."""
     name = op.name()
@@ -116,7 +126,8 @@ def on_cpu_into_outs(op, keyset, args, kwargs) -> Done:
 # chain is a tuple, replaced whole on (un)install: a call reads it without a copy or a lock.
 _chains: Dict[torch._ops.OpOverload, Tuple[Fix, ...]] = {}
 _libraries: Dict[torch._ops.OpOverload, torch.library.Library] = {}
-_placed: Dict[torch._ops.OpOverload, bool] = {}     # True: its gate asked for at the backend key
+# (its gate asked for at the backend key, its kernel fixes the shim's own calls too)
+_placed: Dict[torch._ops.OpOverload, Tuple[bool, bool]] = {}
 _gates: Dict[torch._ops.OpOverload, object] = {}          # their compiled gates (_gate.py)
 
 
@@ -169,14 +180,21 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "
     for op, fix in table.items():
         _chains[op] = _chains.get(op, ()) + (fix,)
         at_backend = all(_gate.acts_at_backend(f) for f in _chains[op])
-        if _placed.get(op) != at_backend:            # new, or a fix that must see every call joined
+        busy_too = any(_busy_too(f) for f in _chains[op])
+        # new, or a fix that must see every call, or the shim's own calls, joined
+        if _placed.get(op) != (at_backend, busy_too):
             _remove(op)
             library = torch.library.Library("aten", "IMPL")
-            _gates[op] = at_backend_select(library, op, fix_kernel(op, _run_chain, backend, aside=aside),
-                                           target, gate, at_backend=at_backend)
-            _libraries[op], _placed[op] = library, at_backend
+            kernel = fix_kernel(op, _run_chain, backend, aside=probing if busy_too else aside)
+            _gates[op] = at_backend_select(library, op, kernel, target, gate, at_backend=at_backend)
+            _libraries[op], _placed[op] = library, (at_backend, busy_too)
         _gate.set_watch(_gates[op], op, _chains[op])
     return True
+
+
+def holds(op) -> bool:
+    """Whether ``op`` has a chain of fixes now."""
+    return op in _chains
 
 
 def unregister(table: Dict[torch._ops.OpOverload, Fix]) -> None:
@@ -205,11 +223,16 @@ def _remove(op) -> None:
 
 
 class Kernels:
-    """``install(ctx)``/``uninstall()`` for a patch module made of BackendSelect fixes."""
+    """``install(ctx)``/``uninstall()`` for a patch module made of BackendSelect fixes.
+    ``while_busy``: they fix the shim's own device calls too (``fallback.busy()``: a fix's
+    own ``cat`` or product), and stand aside only for probes; a chain holding such a fix
+    runs whole then."""
 
-    def __init__(self, table: Dict[torch._ops.OpOverload, Fix]):
+    def __init__(self, table: Dict[torch._ops.OpOverload, Fix], *, while_busy: bool = False):
         self.table = table
         self._installed = False
+        for fix in table.values() if while_busy else ():
+            fix.__dmlshim_while_busy__ = True
 
     def install(self, ctx) -> None:
         if not self._installed:

@@ -11,44 +11,29 @@ computed here from the inputs' metadata (``torch.promote_types``; sizes along
 ``dim``; 1-D empty tensors are skipped as ``cat`` itself does); then the non-empty
 inputs, cast to the promoted dtype, are concatenated on the device, and an empty
 result is allocated on the device.  (The ``meta`` device would do the same, but its
-first use imports 800 modules in 2.8 s and each call costs 130 us.)  Anything else
-- ``out=``, an empty input that needs a gradient, inputs the CPU would refuse (so the
-CPU raises its own error) - runs on the CPU and comes back.
+first use imports 800 modules in 2.8 s and each call costs 130 us.)  Inputs the CPU
+would refuse run on the CPU, which raises its own error.  One BackendSelect fix
+(``_select``) of ``cat`` and ``cat.out``: ``stack``, ``concat`` and C++ composites
+(``torch.combinations``) reach them; below autograd, so an empty input's gradient is
+autograd's own (an empty one).
 """
 from __future__ import annotations
 
 import torch
 
-from .. import fallback
-from . import _gate
-from ._wrap import Context, PatchSet
+from . import _gate, _select
 
-_patches = PatchSet(__name__)
-
-_ENTRY_POINTS = ((torch, "cat"), (torch, "concat"), (torch, "concatenate"), (torch, "stack"))
+_aten = torch.ops.aten
 
 
-def _split(args, kwargs):
-    """(tensors, dim) of a cat/concat/concatenate/stack call."""
-    tensors = args[0] if args else kwargs["tensors"]
-    dim = args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis", 0))
-    return list(tensors), dim
-
-
-def result_meta(stack: bool, tensors, dim):
-    """(shape, dtype) of ``cat``/``stack`` over ``tensors``, or None when the CPU would
-    refuse them (mismatched sizes, bad ``dim``, non-integer ``dim``)."""
+def result_meta(tensors, dim):
+    """(shape, dtype) of ``cat`` over ``tensors``, or None when the CPU would refuse them
+    (mismatched sizes, bad ``dim``, non-integer ``dim``)."""
     if not tensors or not isinstance(dim, int):
         return None
     dtype = tensors[0].dtype
     for t in tensors[1:]:
         dtype = torch.promote_types(dtype, t.dtype)
-    if stack:
-        shape = tensors[0].shape
-        if any(t.shape != shape for t in tensors) or not -len(shape) - 1 <= dim <= len(shape):
-            return None
-        d = dim % (len(shape) + 1)
-        return (*shape[:d], len(tensors), *shape[d:]), dtype
     kept = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]   # cat's legacy skip
     if not kept:
         return (0,), dtype
@@ -62,11 +47,11 @@ def result_meta(stack: bool, tensors, dim):
     return (*ref[:d], sum(t.shape[d] for t in kept), *ref[d + 1:]), dtype
 
 
-def drop_empty(stack: bool, tensors, dim):
+def drop_empty(tensors, dim):
     """``tensors`` without their empty (numel 0) inputs, cast to the result dtype
-    (``result_meta``), for the same ``cat``/``stack``; the empty result itself (a Tensor on
-    the inputs' device) when the result is empty; None when the CPU would refuse them."""
-    meta = result_meta(stack, tensors, dim)
+    (``result_meta``), for the same ``cat``; the empty result itself (a Tensor on the
+    inputs' device) when the result is empty; None when the CPU would refuse them."""
+    meta = result_meta(tensors, dim)
     if meta is None:
         return None
     shape, dtype = meta
@@ -76,48 +61,28 @@ def drop_empty(stack: bool, tensors, dim):
     return keep
 
 
-def _select(ctx: Context):
-    target, Tensor = ctx.target, torch.Tensor
-
-    def select(instance, args, kwargs):
-        tensors = args[0] if args else kwargs.get("tensors", ())
-        if not isinstance(tensors, (list, tuple)):
-            return False
-        for t in tensors:                   # the fast path: all on the CPU
-            if isinstance(t, Tensor) and not t.is_cpu:
-                break
-        else:
-            return False
-        for t in tensors:                   # only calls with an empty input need us
-            if isinstance(t, Tensor) and t.numel() == 0:
-                break
-        else:
-            return False
-        for t in tensors:
-            if isinstance(t, Tensor) and not t.is_cpu and t.device.type == target:
-                return True
-        return False
-    return select
+@_gate.watching(_gate.Watch(empty=True))
+def _drop_empty(op, keyset, args, kwargs):
+    """With an empty input, the call with the empty inputs dropped (:func:`drop_empty` keeps
+    the CPU's result dtype and shape); its empty result itself when that is empty."""
+    tensors = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if len(tensors) < 2 or all(t.numel() for t in tensors):
+        return None
+    keep = drop_empty(tensors, dim)
+    if keep is None:
+        return _select.on_cpu(op, args, kwargs)        # raises the CPU's own error
+    if isinstance(keep, torch.Tensor):
+        out = kwargs.get("out")
+        if out is None:
+            return _select.Done(keep)
+        _select.grow_out(out, keep)
+        return _select.Done(out)
+    # on through the rest of the chain: rank_limit's past 5 dimensions, int_range's spans
+    return _select.Done(_select.pass_on(op, keyset, (keep, dim), kwargs, after=_drop_empty))
 
 
-def _handler(stack: bool):
-    def handle(func, args, kwargs):
-        tensors, dim = _split(args, kwargs)
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad and not t.numel() for t in tensors)
-        keep = None if "out" in kwargs or needs_grad else drop_empty(stack, tensors, dim)
-        if keep is None:
-            return "cpu", fallback.run_on_cpu(func, args, kwargs)
-        return "drop-empty", keep if isinstance(keep, torch.Tensor) else func(keep, dim)
-    return handle
-
-
-def install(ctx: Context) -> None:
-    select = _select(ctx)
-    for owner, name in _ENTRY_POINTS:
-        # the front passes a device call by unless an input is empty (select's test)
-        _patches.intercept(ctx, owner, name, _handler(name == "stack"), select=select,
-                           device=_gate.Watch(empty=True))
-
-
-def uninstall() -> None:
-    _patches.restore()
+# cat.out too (stack(out=) reaches it); also while the shim does its own work
+# (fallback.busy()): its device concatenations are fixed too.
+_kernels = _select.Kernels({_aten.cat.default: _drop_empty, _aten.cat.out: _drop_empty}, while_busy=True)
+install, uninstall = _kernels.install, _kernels.uninstall

@@ -3,9 +3,8 @@
 Two tables, each an aten overload -> function, registered at the BackendSelect key
 (a third, ``COMPOSITES``, below, at the backend's Autograd and backend keys):
 
-* ``FIXES`` rewrite the arguments and redispatch, on the device: float x bool
-  (``mul``, DirectML#686, #737; failure_modes.md #17), CPU index tensors (``index``,
-  ``_index_put_impl_``), empty ``cat`` inputs;
+* ``FIXES`` rewrite the arguments and redispatch, on the device: CPU index tensors
+  (``index``, ``_index_put_impl_``), ``rsub`` of a number;
 * ``ISLANDS`` run a call that would create a value DirectML cannot hold (complex,
   bfloat16, float64 without FP64) on the CPU as a CPU island (``dmlshim.islands``).
 
@@ -20,10 +19,8 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 import torch
 
 from .. import devices, fallback, islands, trace
-from ..laws import ranks
-from . import _gate, cat
+from . import _gate
 from ._wrap import Context
-from .mul import coerce_bool_operands
 
 _aten = torch.ops.aten
 _BOOL = torch.bool
@@ -34,19 +31,17 @@ Fix = Callable[[torch._ops.OpOverload, torch._C.DispatchKeySet, tuple, dict], ob
 
 
 # Other patches' fixes of an overload the net holds, asked in turn after the net's own
-# (``mul``: when no operand is bool; ``_to_copy``: when the call makes no island;
-# ``_index_put_impl_``: with its indices on the device): fix(op, args, kwargs) -> None or
-# what a Fix returns.  int_broadcast and int_range add mul's, int_range _index_put_impl_'s,
-# channels_last _to_copy's, while installed (one Python BackendSelect kernel per
-# overload: the net's serves them all).  Tuples, replaced whole: a call reads them without
-# a lock.
+# (``_to_copy``: when the call makes no island; ``_index_put_impl_``: with its indices on
+# the device): fix(op, args, kwargs) -> None or what a Fix returns.  int_range adds
+# _index_put_impl_'s, channels_last _to_copy's, while installed (one Python BackendSelect
+# kernel per overload: the net's serves them all).  Tuples, replaced whole: a call reads
+# them without a lock.
 hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict], object], ...]] = {
-    "mul": (), "_to_copy": (), "_index_put_impl_": (), "cat": ()}
+    "_to_copy": (), "_index_put_impl_": ()}
 # After-hooks of the net's kernels, told each result of a device call: f(op, args, kwargs,
-# result) (int_range: the span of an integer tensor copied over, of a concatenation, of a
-# product, of a ``full``).
+# result) (int_range: the span of an integer tensor copied over, indexed, of a ``full``).
 after_hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict, object], None], ...]] = {
-    "_to_copy": (), "cat": (), "index": (), "mul": (), "full": ()}
+    "_to_copy": (), "index": (), "full": ()}
 
 
 def add_hook(base: str, fix, *, after: bool = False) -> None:
@@ -66,8 +61,8 @@ def remove_hook(base: str, fix, *, after: bool = False) -> None:
 
 
 def _rewatch(base: str) -> None:
-    """The net's gates of ``base`` (and of its in-place form, ``mul_``: ``_bool_operand`` asks
-    ``mul``'s hooks for it too) told what their fix and hooks now look at."""
+    """The net's gates of ``base`` (and of its in-place form) told what their fix and hooks
+    now look at."""
     for op, (registration, fix) in _watched.items():
         name = op._schema.name.split("::", 1)[1]
         if base in (name, name.rstrip("_")):
@@ -85,36 +80,6 @@ def _hooked(base: str, op, args, kwargs):
     return None
 
 
-def _bool_operand(inplace: bool) -> Fix:
-    """mul's fix, ``mul.coerce_bool_operands``, behind a cheap test for a bool operand
-    (the dispatcher passes ``self`` and ``other`` positionally); else the first answer of
-    ``mul``'s :data:`hooks`."""
-    @_gate.watching(_gate.Watch(dtypes=frozenset({_BOOL}), numbers=frozenset({_BOOL}), empty=inplace))
-    def fix(op, keyset, args, kwargs):
-        if inplace and args[0].numel() == 0:
-            return _empty_inplace(op, args, kwargs)
-        if getattr(args[0], "dtype", None) is _BOOL or getattr(args[1], "dtype", None) is _BOOL:
-            fixed = coerce_bool_operands(args, kwargs, inplace)
-            # operands that broadcast past 5 dimensions expanded (rank_limit's fact: the
-            # binary's kernel ends the process otherwise)
-            return fixed and (ranks.expanded(fixed[0]), fixed[1])
-        return _hooked("mul", op, args, kwargs)
-    return fix
-
-
-def _empty_inplace(op, args, kwargs):
-    """``mul_`` of an empty ``self``: nothing to write, so ``self`` itself after the CPU's own
-    checks on empty CPU stand-ins (shapes, dtypes; ``meta`` lets int64 ``*=`` float pass).
-    The real 0.2.5 binary gives an empty tensor copied over strides such as (0, 1, 0) for
-    (2, 0, 1), which TensorIterator then refuses as "more than one element of the
-    written-to tensor refers to a single memory location" (measured; tests/test_patch_mul.py's
-    property test)."""
-    stand_in = lambda t: torch.empty(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t  # noqa: E731
-    with fallback.guard():
-        op(stand_in(args[0]), stand_in(args[1]), *args[2:], **kwargs)
-    return Done(args[0], record=False)
-
-
 @_gate.watching(_gate.Watch(off_target=True))
 def _device_indices(op, keyset, args, kwargs):
     """``index``/``_index_put_impl_`` with CPU index tensors: the indices moved to
@@ -128,23 +93,6 @@ def _device_indices(op, keyset, args, kwargs):
     if op is _aten._index_put_impl_.default:
         return _hooked("_index_put_impl_", op, args, kwargs) or fixed
     return fixed
-
-
-@_gate.watching(_gate.Watch(empty=True))
-def _drop_empty(op, keyset, args, kwargs):
-    """The first answer of ``cat``'s :data:`hooks`; else, with an empty input, the empty inputs
-    dropped (``cat.drop_empty`` keeps the CPU's result dtype and shape)."""
-    hooked = _hooked("cat", op, args, kwargs)
-    if hooked is not None:
-        return hooked
-    tensors = args[0]
-    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-    if len(tensors) < 2 or all(t.numel() for t in tensors):
-        return None
-    keep = cat.drop_empty(False, tensors, dim)
-    if keep is None:
-        return None                                    # the CPU's error
-    return Done(keep) if isinstance(keep, torch.Tensor) else ((keep, dim), {})
 
 
 class Done(NamedTuple):
@@ -187,20 +135,11 @@ def _number_minus_tensor(op, keyset, args, kwargs):
 # (``fix_kernel``).  Called only for calls with a tensor on the target device.  One entry
 # per overload the quirk reaches; add future silent quirks here.
 FIXES: Dict[torch._ops.OpOverload, Fix] = {
-    # failure_modes.md #17, DirectML#686, #737: float x bool gives bool.  torch-directml
-    # has one kernel, mul.out (dml_registered_ops.txt); mul.Tensor and mul_.Tensor reach it
-    # through torch's structured wrappers; the emulator has a kernel per overload.
-    _aten.mul.Tensor: _bool_operand(inplace=False),
-    _aten.mul_.Tensor: _bool_operand(inplace=True),
-    _aten.mul.out: _bool_operand(inplace=False),
     # failure_modes.md #10, DirectML#442: DirectML's kernels unbox every input as a DML
     # tensor, so CPU index tensors fail ("unbox expects Dml at::Tensor"); CUDA takes them.
     # index_put/index_put_ reach _index_put_impl_, the DML kernel.
     _aten.index.Tensor: _device_indices,
     _aten._index_put_impl_.default: _device_indices,
-    # failure_modes.md #19, #20: an empty input to cat fails ("The parameter is
-    # incorrect."); stack and C++ composites (torch.combinations) reach cat too.
-    _aten.cat.default: _drop_empty,
     # on with the fixes that hold sub/rsub.Tensor (int_broadcast, int_range: "dispatcher:rsub")
     _aten.rsub.Scalar: _number_minus_tensor,
     # Never aten::copy_: a Python BackendSelect kernel that redispatches it breaks every
@@ -319,7 +258,7 @@ def _composite_kernel(op, needs, target: str, name: str):
 # device without the defect (or no device) pays no Python kernel on CPU calls.  An
 # entry whose gate no defect names is always registered.
 GATES: Dict[str, str] = {
-    "mul": "mul", "mul_": "mul", "index": "index", "_index_put_impl_": "index", "cat": "cat",
+    "index": "index", "_index_put_impl_": "index",
     "_to_copy": "_to_copy", "_scaled_mm_v2": "bfloat16",
     **{n: "complex" for n in ("_fft_r2c", "_fft_c2c", "_fft_c2r", "complex", "polar", "linalg_eig",
                               "_linalg_eigvals", "view_as_complex", "fft_irfft", "fft_irfft2",
@@ -332,7 +271,7 @@ GATES: Dict[str, str] = {
 
 
 def gate(op) -> str:
-    """``"dispatcher:<gate>"`` of an aten overload (``aten.mul.Tensor`` -> ``"dispatcher:mul"``)."""
+    """``"dispatcher:<gate>"`` of an aten overload (``aten.index.Tensor`` -> ``"dispatcher:index"``)."""
     base = op.name().split("::", 1)[1].split(".", 1)[0]
     return "dispatcher:" + GATES.get(base, base)
 

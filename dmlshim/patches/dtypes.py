@@ -264,12 +264,11 @@ def run_creator(func, args, kwargs, home, *, op: str = ""):
     return islands.run(func, args, kwargs, home, op=op)
 
 
-# arithmetic with a Python complex scalar makes a complex tensor (the mul patch
-# handles * itself, on its own hot entry points)
-_SCALAR_OPS = ((torch.Tensor, ("__add__", "__radd__", "__sub__", "__rsub__", "__truediv__",
-                               "__rtruediv__", "__pow__", "__rpow__", "add", "sub", "div",
-                               "true_divide", "pow")),
-               (torch, ("add", "sub", "div", "true_divide", "pow", "rsub")))
+# arithmetic with a Python complex scalar makes a complex tensor (``x * 1j``: Vocos' ISTFT head)
+_SCALAR_OPS = ((torch.Tensor, ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+                               "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "add", "sub",
+                               "mul", "multiply", "div", "true_divide", "pow")),
+               (torch, ("add", "sub", "mul", "multiply", "div", "true_divide", "pow", "rsub")))
 
 
 def _complex_scalar_select(ctx: Context):

@@ -10,8 +10,7 @@ fewer dimensions, defect ``broadcast_copy``): ``add``, ``sub``, ``rsub``, ``mul`
 ``maximum``, ``minimum``, ``lt``/``ge`` and the rest.  Float operands of one dtype, operands of
 the same rank ((2, 3) with (2, 1), (2, 3) with (1, 3)), a 0-dim operand (``x // 2``) and
 operands expanded beforehand are right, so the fix gives the smaller operand leading size-1
-dimensions (a view) and stays on the device.  ``mul``'s BackendSelect kernel is the dispatcher
-net's (float x bool) when that one is on: it asks :func:`mul_fix` here (``dispatcher.hooks``).  No public report
+dimensions (a view) and stays on the device.  No public report
 (OpInfo's binary-ufunc samples with a (5, 1) and a (5,) operand, ``__rdiv__``'s
 ``reciprocal(int64) * int64``).
 """
@@ -23,9 +22,6 @@ from ..laws.broadcast import INTEGER_OPS, OPS, ranks_differ
 from . import _gate, _select
 
 _aten = torch.ops.aten
-
-MUL = (_aten.mul.Tensor, _aten.mul_.Tensor)        # with the dispatcher net's kernel where it holds one
-
 
 def leading_ones(a, b) -> tuple:
     """``a`` and ``b`` as views of one rank: the one of fewer dimensions gets leading size-1
@@ -44,28 +40,5 @@ def _same_rank(op, keyset, args, kwargs):
     return leading_ones(a, b) + tuple(args[2:]), kwargs
 
 
-@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS, mixed=True))
-def mul_fix(op, args, kwargs):
-    """``mul``'s fix for the dispatcher net's kernel (None: nothing to fix)."""
-    return _same_rank(op, None, args, kwargs)
-
-
-_kernels = _select.Kernels({op: _same_rank for op in OPS if op not in MUL})
-_mul_kernels = _select.Kernels({op: _same_rank for op in MUL})
-
-
-def install(ctx) -> None:
-    """The kernels; ``mul``'s too where the dispatcher net holds none (else its kernel asks
-    :func:`mul_fix`: one Python BackendSelect kernel per overload)."""
-    from . import dispatcher
-    _kernels.install(ctx)
-    dispatcher.add_hook("mul", mul_fix)
-    if not all(dispatcher.holds(op) for op in MUL):
-        _mul_kernels.install(ctx)
-
-
-def uninstall() -> None:
-    from . import dispatcher
-    dispatcher.remove_hook("mul", mul_fix)
-    _mul_kernels.uninstall()
-    _kernels.uninstall()
+_kernels = _select.Kernels({op: _same_rank for op in OPS})
+install, uninstall = _kernels.install, _kernels.uninstall

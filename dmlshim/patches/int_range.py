@@ -283,8 +283,8 @@ def _masked_filled(op, keyset, args, kwargs):
 _MASKED_FILLS = (_aten.masked_fill_.Scalar, _aten.masked_fill_.Tensor)
 
 
-MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)     # the dispatcher net's kernel asks net_fix
-PUT = (_aten._index_put_impl_.default,)           # and index_put_fix
+MUL = (_aten.mul.Tensor, _aten.mul_.Tensor, _aten.mul.out)
+PUT = (_aten._index_put_impl_.default,)           # the dispatcher net's kernel asks net_fix
 
 
 def outside(op, args, kwargs) -> bool:
@@ -509,14 +509,15 @@ def _index_span(x: torch.Tensor, dim) -> Span:
 
 
 @_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
-def _concatenated(op, args, kwargs, result) -> None:
-    """The dispatcher net's after-hook of ``cat``: a concatenation of integer tensors whose
-    ranges are all known has their union (a decoder's growing token list)."""
-    if not isinstance(result, torch.Tensor) or result.is_cpu or not integral(result.dtype):
-        return
+def _concatenated(op, keyset, args, kwargs):
+    """``cat`` of integer tensors whose ranges are all known: their union (a decoder's
+    growing token list).  Passes (None) otherwise."""
     spans = [_unread_span(t) for t in args[0] if t.numel()]
-    if spans:
-        remember(result, integers.union(spans))
+    if not spans or not all(integral(t.dtype) for t in args[0]) or None in spans:
+        return None
+    result = _select.pass_on(op, keyset, args, kwargs, after=_concatenated, traced=True)
+    remember(result, integers.union(spans))
+    return _select.Done(result, record=False)
 
 
 @_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
@@ -539,14 +540,6 @@ def _within_source(op, keyset, args, kwargs):
     result = _select.pass_on(op, keyset, args, kwargs, after=_within_source, traced=True)
     remember(result, span)
     return _select.Done(result, record=False)
-
-
-@_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
-def _multiplied(op, args, kwargs, result) -> None:
-    """The dispatcher net's after-hook of ``mul``: an integer product's span from its
-    operands' (read, if at all, by ``net_fix`` before), as ``_guarded`` keeps its own."""
-    if isinstance(result, torch.Tensor) and integral(result.dtype) and not result.is_cpu:
-        remember(result, _unread_result_span(op, args, kwargs))
 
 
 # gather, index_select and flip: already held by other fixes where int_range is (gather's,
@@ -574,8 +567,7 @@ _INDICES = (_aten.argmax.default, _aten.argmin.default, _aten.max.dim, _aten.min
 
 @_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def net_fix(op, args, kwargs):
-    """``mul``'s and ``_index_put_impl_``'s fix for the dispatcher net's kernels (None:
-    nothing to fix)."""
+    """``_index_put_impl_``'s fix for the dispatcher net's kernel (None: nothing to fix)."""
     return _guarded(op, None, args, kwargs)
 
 
@@ -720,23 +712,25 @@ def _int64_on(target: str):
 
 
 _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
+                           **{op: _guarded for op in MUL if op is not _aten.mul.out},
+                           _aten.cat.default: _concatenated,
                            **{op: _indices for op in _INDICES},
                            **{op: _within_source for op in _SOURCES},
                            **{op: _spanned for op in integers.SPANS},
                            **{op: _summed for op in _SUMS},
                            **{op: _masked_filled for op in _MASKED_FILLS}})
 _index_kernel = _select.Kernels({_INDEX: _within_source})
-# mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
-# Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
-# would change what float x bool gives while mul's own fix is off (a float out for bool)
-_net_kernels = {ops: _select.Kernels({op: _guarded for op in ops if op is not _aten.mul.out})
-                for ops in (MUL, PUT)}
+# mul.out only where mul's fix holds it: the real binary's mul.Tensor reaches its mul.out, and
+# a Python kernel there alone would change what float x bool gives (a float out for bool)
+_mul_out_kernel = _select.Kernels({_aten.mul.out: _guarded})
+# _index_put_impl_'s: through the dispatcher net's kernel where it holds one
+_put_kernels = _select.Kernels({op: _guarded for op in PUT})
 _patches = PatchSet(__name__)
 
 
 def install(ctx) -> None:
-    """The kernels, ``mul``'s and ``_index_put_impl_``'s through the dispatcher net's kernels
-    where it holds them, and the Python entry points ``Tensor.copy_`` and ``__setitem__``."""
+    """The kernels, ``_index_put_impl_``'s through the dispatcher net's kernel where it holds
+    one, and the Python entry points ``Tensor.copy_`` and ``__setitem__``."""
     from . import dispatcher
     _kernels.install(ctx)
     ranges.locate(_offset_of)
@@ -750,31 +744,28 @@ def install(ctx) -> None:
         _patches.intercept(ctx, owner, name, handler, select=select(ctx.target), device=_INTEGRAL)
     for name, handler in _IN_PLACE.items():
         _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=_INTEGRAL)
-    for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
-        dispatcher.add_hook(base, net_fix)
-        if not all(dispatcher.holds(op) for op in ops):
-            _net_kernels[ops].install(ctx)
+    dispatcher.add_hook("_index_put_impl_", net_fix)
+    if not all(dispatcher.holds(op) for op in PUT):
+        _put_kernels.install(ctx)
     dispatcher.add_hook("_to_copy", _copied_over, after=True)
-    dispatcher.add_hook("cat", _concatenated, after=True)
     dispatcher.add_hook("index", _indexed, after=True)
-    dispatcher.add_hook("mul", _multiplied, after=True)
     dispatcher.add_hook("full", _full, after=True)
     if not dispatcher.holds(_INDEX):
         _index_kernel.install(ctx)
+    if _select.holds(_aten.mul.out):
+        _mul_out_kernel.install(ctx)
 
 
 def uninstall() -> None:
     from . import dispatcher
     _patches.restore()
     dispatcher.remove_hook("_to_copy", _copied_over, after=True)
-    dispatcher.remove_hook("cat", _concatenated, after=True)
     dispatcher.remove_hook("index", _indexed, after=True)
-    dispatcher.remove_hook("mul", _multiplied, after=True)
     dispatcher.remove_hook("full", _full, after=True)
     _index_kernel.uninstall()
+    _mul_out_kernel.uninstall()
     ranges.locate(None)
     forget_all()
-    for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
-        dispatcher.remove_hook(base, net_fix)
-        _net_kernels[ops].uninstall()
+    dispatcher.remove_hook("_index_put_impl_", net_fix)
+    _put_kernels.uninstall()
     _kernels.uninstall()

@@ -189,12 +189,7 @@ _TABLE = {**{op: _reduced for op in ranks.REDUCTIONS}, **{op: _along for op in r
           **{op: _where for op in ranks.WHERE}, **{op: _layer_norm for op in ranks.LAYER_NORM},
           **{op: _expanded for op in ranks.BINARY},
           **{op: _on_cpu for op in ranks.ON_CPU + ranks.IN_PLACE_ON_CPU + ranks.PAD}}
-# overloads the dispatcher net may hold (its kernel asks these hooks first): base -> (overload, fix)
-_NET = {"cat": (_aten.cat.default, _along), "mul": (_aten.mul.Tensor, _expanded)}
-_kernels = _select.Kernels({op: fix for op, fix in _TABLE.items() if op not in {o for o, _ in _NET.values()}})
-_hooks = {base: _gate.watching(_past(op))(lambda op, args, kwargs, fix=fix: fix(op, None, args, kwargs))
-          for base, (op, fix) in _NET.items()}
-_net_kernels = {base: _select.Kernels({op: fix}) for base, (op, fix) in _NET.items()}
+_kernels = _select.Kernels(_TABLE)
 
 
 def _copy(func, args, kwargs):
@@ -220,22 +215,11 @@ _patches = PatchSet(__name__)
 
 
 def install(ctx) -> None:
-    """The fixes, first in their overloads' chains; ``cat`` and ``mul`` as hooks of the
-    dispatcher net's kernels where it holds them (their own kernels otherwise); ``copy_``'s
-    Python entry point."""
-    from . import dispatcher
+    """The fixes, first in their overloads' chains, and ``copy_``'s Python entry point."""
     _kernels.install(ctx)
     _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_copies_past_the_limit(ctx.target))
-    for base, (op, _) in _NET.items():
-        dispatcher.add_hook(base, _hooks[base])
-        if not dispatcher.holds(op):
-            _net_kernels[base].install(ctx)
 
 
 def uninstall() -> None:
-    from . import dispatcher
     _patches.restore()
-    for base in _NET:
-        dispatcher.remove_hook(base, _hooks[base])
-        _net_kernels[base].uninstall()
     _kernels.uninstall()
