@@ -244,11 +244,14 @@ def numbers_as_tensors(op: torch._ops.OpOverload, args) -> list:
     return out if wrap_number is not None else _zero_dim_dtypes(args, out)
 
 
-def numbers_converter(op: torch._ops.OpOverload) -> Callable[[tuple], list]:
+def numbers_converter(op: torch._ops.OpOverload) -> Optional[Callable[[tuple], list]]:
     """:func:`numbers_as_tensors` bound to ``op``, its Tensor slots looked up once: what a
-    kernel of one op calls on every call (``patches.dispatcher``).  A call with no number
-    in a Tensor slot costs a test per slot (gather's ``dim`` is no Tensor slot)."""
+    kernel of one op calls on every call (``patches.dispatcher``); None for an op with no
+    Tensor slot (``cat``'s is a list).  A call with no number in a Tensor slot costs a test
+    per slot (gather's ``dim`` is no Tensor slot)."""
     slots = tuple(sorted(_tensor_slots(op)))
+    if not slots:
+        return None
 
     def convert(args):
         for i in slots:

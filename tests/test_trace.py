@@ -47,8 +47,8 @@ def test_trace_1_logs_one_line_per_intercepted_call(dml_device, caplog, monkeypa
         _work(dml_device)
     lines = [r.getMessage() for r in caplog.records if r.name == "dmlshim"]
     assert len(lines) == 2
-    assert lines[0].startswith("Tensor.__mul__ coerce [f32[3, 4]@privateuseone:0, b8[3, 4]@privateuseone:0]")
-    assert lines[1].startswith("torch.cat drop-empty [f32[3, 4]@privateuseone:0, f32[0, 4]@privateuseone:0]")
+    assert lines[0].startswith("aten::mul.Tensor coerce [f32[3, 4]@privateuseone:0, b8[3, 4]@privateuseone:0]")
+    assert lines[1].startswith("aten::cat coerce [f32[3, 4]@privateuseone:0, f32[0, 4]@privateuseone:0]")
     assert all(line.endswith("us") for line in lines)
     assert not any(str(MARKER) in line or "4242" in line for line in lines)
 
@@ -59,8 +59,8 @@ def test_trace_path_writes_json_lines(dml_device, tmp_path):
     _work(dml_device)
     dmlshim.deactivate()
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(r["op"], r["action"]) for r in records] == [("Tensor.__mul__", "coerce"),
-                                                         ("torch.cat", "drop-empty")]
+    assert [(r["op"], r["action"]) for r in records] == [("aten::mul.Tensor", "coerce"),
+                                                         ("aten::cat", "coerce")]
     assert records[1]["inputs"] == [{"shape": [3, 4], "dtype": "float32", "device": "privateuseone:0"},
                                     {"shape": [0, 4], "dtype": "float32", "device": "privateuseone:0"}]
     assert {"us", "h2d", "d2h", "ts"} <= set(records[0])
@@ -74,7 +74,7 @@ def test_report_rows_and_table(dml_device):
     lstm(torch.randn(2, 1, 4).to(dml_device))
     report = dmlshim.report()
     rows = {r["op"]: r for r in report.rows}
-    assert rows["Tensor.__mul__"]["calls"] == 1 and rows["torch.cat"]["actions"] == {"drop-empty": 1}
+    assert rows["aten::mul.Tensor"]["calls"] == 1 and rows["aten::cat"]["actions"] == {"coerce": 1}
     lstm_row = rows["aten::lstm.input"]                 # the rnn patch's kernel
     assert lstm_row["actions"] == {"cpu": 1}
     assert lstm_row["d2h"] > 0 and lstm_row["h2d"] == (2 * 4 + 4 + 4) * 4
@@ -99,10 +99,10 @@ def test_summary_table_at_exit(tmp_path, device_kind):
     env = dict(os.environ, DMLSHIM_TRACE=str(path))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "dmlshim summary" in done.stderr and "torch.cat" in done.stderr
+    assert "dmlshim summary" in done.stderr and "aten::cat" in done.stderr
     last = json.loads(path.read_text().splitlines()[-1])
-    assert last["summary"]["ops"][0]["op"] == "torch.cat"
+    assert last["summary"]["ops"][0]["op"] == "aten::cat"
 
     env["DMLSHIM_TRACE"] = "1"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert "dmlshim: torch.cat drop-empty" in done.stderr and "dmlshim: summary" in done.stderr
+    assert "dmlshim: aten::cat coerce" in done.stderr and "dmlshim: summary" in done.stderr

@@ -26,38 +26,35 @@ from . import _gate, _select
 _aten = torch.ops.aten
 
 
-def result_meta(tensors, dim):
-    """(shape, dtype) of ``cat`` over ``tensors``, or None when the CPU would refuse them
-    (mismatched sizes, bad ``dim``, non-integer ``dim``)."""
+def drop_empty(tensors, dim):
+    """``tensors`` without their empty (numel 0) inputs, cast to the promoted dtype, for the
+    same ``cat``; the empty result itself (a Tensor on the inputs' device) when the result is
+    empty; None when the CPU would refuse them (mismatched sizes, a bad or non-integer
+    ``dim``).  Plain loops: a hot path (FunASR's CIF predictor, every chunk)."""
     if not tensors or not isinstance(dim, int):
         return None
-    dtype = tensors[0].dtype
-    for t in tensors[1:]:
+    dtype, kept, device = tensors[0].dtype, [], None
+    for t in tensors:
         dtype = torch.promote_types(dtype, t.dtype)
-    kept = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]   # cat's legacy skip
+        if device is None and not t.is_cpu:
+            device = t.device
+        if not (t.dim() == 1 and t.numel() == 0):          # cat's legacy skip
+            kept.append(t)
     if not kept:
-        return (0,), dtype
+        return torch.empty((0,), dtype=dtype, device=device)
     ref = kept[0].shape
     if not ref or not -len(ref) <= dim < len(ref):
         return None
-    d = dim % len(ref)
-    if any(len(t.shape) != len(ref) or t.shape[:d] != ref[:d] or t.shape[d + 1:] != ref[d + 1:]
-           for t in kept):
-        return None
-    return (*ref[:d], sum(t.shape[d] for t in kept), *ref[d + 1:]), dtype
-
-
-def drop_empty(tensors, dim):
-    """``tensors`` without their empty (numel 0) inputs, cast to the result dtype
-    (``result_meta``), for the same ``cat``; the empty result itself (a Tensor on the
-    inputs' device) when the result is empty; None when the CPU would refuse them."""
-    meta = result_meta(tensors, dim)
-    if meta is None:
-        return None
-    shape, dtype = meta
-    keep = [t if t.dtype == dtype else t.to(dtype) for t in tensors if t.numel()]
-    if not keep or 0 in shape:                         # an empty result: no cat at all
-        return torch.empty(shape, dtype=dtype, device=next(t.device for t in tensors if not t.is_cpu))
+    d, total, keep = dim % len(ref), 0, []
+    for t in kept:
+        shape = t.shape
+        if len(shape) != len(ref) or shape[:d] != ref[:d] or shape[d + 1:] != ref[d + 1:]:
+            return None
+        total += shape[d]
+        if t.numel():
+            keep.append(t if t.dtype == dtype else t.to(dtype))
+    if not keep or total == 0 or 0 in ref[:d] or 0 in ref[d + 1:]:    # an empty result: no cat
+        return torch.empty((*ref[:d], total, *ref[d + 1:]), dtype=dtype, device=device)
     return keep
 
 
@@ -66,9 +63,14 @@ def _drop_empty(op, keyset, args, kwargs):
     """With an empty input, the call with the empty inputs dropped (:func:`drop_empty` keeps
     the CPU's result dtype and shape); its empty result itself when that is empty."""
     tensors = args[0]
-    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-    if len(tensors) < 2 or all(t.numel() for t in tensors):
+    if len(tensors) < 2:
         return None
+    for t in tensors:
+        if not t.numel():
+            break
+    else:
+        return None                                    # no empty input
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     keep = drop_empty(tensors, dim)
     if keep is None:
         return _select.on_cpu(op, args, kwargs)        # raises the CPU's own error
@@ -78,8 +80,9 @@ def _drop_empty(op, keyset, args, kwargs):
             return _select.Done(keep)
         _select.grow_out(out, keep)
         return _select.Done(out)
-    # on through the rest of the chain: rank_limit's past 5 dimensions, int_range's spans
-    return _select.Done(_select.pass_on(op, keyset, (keep, dim), kwargs, after=_drop_empty))
+    # made again from the top: the gate and the rest of the chain see it as any other
+    # (rank_limit's past 5 dimensions, int_range's spans)
+    return _select.Done(op(keep, dim, **kwargs))
 
 
 # cat.out too (stack(out=) reaches it); also while the shim does its own work

@@ -345,7 +345,8 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     told = base in after_hooks                # the few overloads with after-hooks
 
     def kernel(keyset, *args, **kwargs):
-        args = numbers(args)
+        if numbers is not None:
+            args = numbers(args)
         if keyset.has(backend) and (aside is None or not aside()):
             # a handled call, current while the fix runs: its trace.substitute() regions and
             # nested rows count there; passed through, or computed without a row, its checks
@@ -409,7 +410,8 @@ def _island_kernel(op, makes, backend, target: str, name: str):
     busy, numbers = fallback.busy, fallback.numbers_converter(op)
 
     def kernel(keyset, *args, **kwargs):
-        args = numbers(args)
+        if numbers is not None:
+            args = numbers(args)
         device = kwargs.get("device")
         home = None
         if (keyset.has(backend) or device is not None or from_islands) and not busy():

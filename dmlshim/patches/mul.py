@@ -25,10 +25,6 @@ _aten = torch.ops.aten
 _BOOL = torch.bool
 
 
-def _is_bool(x) -> bool:
-    return isinstance(x, torch.Tensor) and x.dtype is _BOOL
-
-
 def _refuse_out(a, b, out) -> None:
     """Raise the CPU's error for an ``out=`` dtype the result cannot be cast to ("result type
     Float can't be cast to the desired output type Bool"), which DirectML does not raise
@@ -38,13 +34,17 @@ def _refuse_out(a, b, out) -> None:
     _aten.mul.out(meta(a), meta(b), out=meta(out))
 
 
-def coerce_bool_operands(args, kwargs, inplace: bool):
+def coerce_bool_operands(args, kwargs, inplace: bool, below=None):
     """Return ``(args, kwargs)`` of a ``mul`` call (the dispatcher passes ``self`` and
     ``other`` positionally) with the bool tensor operand cast to the computation dtype, or
     None when nothing needs casting (no bool operand, both bool, or an in-place op on a
-    bool ``self`` whose result is bool anyway)."""
+    bool ``self`` whose result is bool anyway).  ``below``: the key set a device operand's
+    cast is redispatched with, past every BackendSelect kernel (nothing there concerns a cast
+    of 0/1 between dtypes the device holds); a CPU one (``x * True``'s wrapped number) is cast
+    as it is."""
     a, b = args[0], args[1]
-    a_bool, b_bool = _is_bool(a), _is_bool(b)
+    a_bool = isinstance(a, torch.Tensor) and a.dtype is _BOOL
+    b_bool = isinstance(b, torch.Tensor) and b.dtype is _BOOL
     if a_bool == b_bool or (inplace and a_bool):
         return None
     dtype = a.dtype if inplace else torch.result_type(a, b)
@@ -53,21 +53,25 @@ def coerce_bool_operands(args, kwargs, inplace: bool):
     out = kwargs.get("out")
     if out is not None and not torch.can_cast(dtype, out.dtype):
         _refuse_out(a, b, out)
-    with trace.substitute():        # the cast: work done instead of DirectML's bool result
-        operands = (a.to(dtype), b) if a_bool else (a, b.to(dtype))
+    # the cast: work done instead of DirectML's bool result (trace's substitute)
+    cast = a if a_bool else b
+    cast = trace.substituted(cast.to, dtype) if below is None or cast.is_cpu else \
+        trace.substituted(_aten._to_copy.default.redispatch, below, cast, dtype=dtype)
+    operands = (cast, b) if a_bool else (a, cast)
     return (*operands, *args[2:]), kwargs
 
 
 def _bool_operand(inplace: bool):
-    """The fix of one overload: :func:`coerce_bool_operands`, the cast call passed on through
-    the rest of its chain (``rank_limit``'s past 5 dimensions, ``int_range``'s spans); an
-    in-place ``mul_`` of an empty ``self``: :func:`_empty_inplace`."""
+    """The fix of one overload: :func:`coerce_bool_operands`, then the cast call made again
+    from the top, so the gate and the rest of the chain see it as any other (``rank_limit``'s
+    past 5 dimensions, ``int_range``'s spans; a float product passes in C++); an in-place
+    ``mul_`` of an empty ``self``: :func:`_empty_inplace`."""
     @_gate.watching(_gate.Watch(dtypes=frozenset({_BOOL}), numbers=frozenset({_BOOL}), empty=inplace))
     def fix(op, keyset, args, kwargs):
         if inplace and args[0].numel() == 0:
             return _empty_inplace(op, args, kwargs)
-        fixed = coerce_bool_operands(args, kwargs, inplace)
-        return fixed and _select.Done(_select.pass_on(op, keyset, *fixed, after=fix))
+        fixed = coerce_bool_operands(args, kwargs, inplace, _select.below(keyset))
+        return fixed and _select.Done(op(*fixed[0], **fixed[1]))
     return fix
 
 
