@@ -186,8 +186,8 @@ PIECES: List[_Piece] = [
            "deactivate() cannot take dmlshim's kernels out of torch's dispatcher: "
            "they stay registered until the process ends"),
     _Piece("_get_builtin_table", _has("torch.jit._builtins", "_get_builtin_table"),
-           "torch.jit.script of code calling a function dmlshim wraps (torch.cat ...) fails: "
-           "TorchScript does not know the wrapper"),
+           "torch.jit.script of code calling a function dmlshim wraps, such as torch.cat, "
+           "fails: TorchScript does not know the wrapper"),
     _Piece("_device_constructors", _has("torch.utils._device", "_device_constructors"),
            "with torch.device(...) / torch.set_default_device do not reach dmlshim's wrapped "
            "factories: they make CPU tensors"),
