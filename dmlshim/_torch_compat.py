@@ -3,30 +3,20 @@
 Why: dmlshim runs on the torch torch-directml pins (2.4.1) and on current torch, and
 private names move between releases without notice.  Reached from here, a piece this
 torch lacks is found once, at ``activate()``: a WARNING on logger ``dmlshim`` and a line
-in ``python -m dmlshim info`` say which fix is off and what then happens, instead of a fix
-quietly doing nothing.
+in ``python -m dmlshim info`` say which fix is off and what then happens, instead of a
+fix quietly doing nothing.  :data:`PIECES` lists them all.
 
-Routed through the small functions below (each returns None, or a stand-in, where torch
-lacks the piece; :func:`check` reports it): ``torch.library.Library._destroy``,
-``torch.jit._builtins._get_builtin_table``, ``torch.utils._device._device_constructors``,
-``torch.overrides._get_tensor_methods``, ``UninitializedTensorMixin._allowed_methods``,
-``torch._C._has_storage``, ``torch._has_compatible_shallow_copy_type``,
-``torch._C._InferenceMode``, ``torch._prims_common.is_contiguous_for_memory_format``,
-``torch.utils._pytree.tree_map``, ``torch.utils._python_dispatch.TorchDispatchMode``,
-``torch._appdirs.user_cache_dir``.
+Most are reached through the small functions below, which return None (or a stand-in
+that answers the same) where torch lacks the piece.  ``OpOverload.redispatch`` and
+``OpOverload._schema`` are only named and checked here: they run once per dispatched call
+in every fix, where a wrapper would cost one more Python call per call, so their call
+sites use them directly.
 
-Named and checked here, used in place: ``OpOverload.redispatch`` and ``OpOverload._schema``
-(``.name``, ``.arguments``, ``.returns``, ``.is_mutable``; an argument's ``alias_info``,
-``is_out``, ``kwarg_only``, ``default_value``).  They run once per dispatched call in
-every fix, where a wrapper here would cost one more Python call per call.
-
-Not here: the ``torch._C._dispatch_*`` functions (the dispatcher's Python bindings, which
-``torch.library`` itself is built on) stay at their call sites; the compiled gate reads
-``OperatorHandle::operatorDef_`` (patches/csrc/gate.cpp), checked by its build: a torch
-where it does not compile gets the Python gate and ``_gate``'s own WARNING.  The
-development tools (``emulation``, ``conformance``) use more private APIs
-(``torch.testing._internal``, ``_register_device_module``, ``_to_dlpack``); ``activate()``
-never reaches them.
+Not here: the ``torch._C._dispatch_*`` functions (the dispatcher's Python bindings that
+``torch.library`` is built on) stay at their call sites; the compiled gate's read of
+``OperatorHandle::operatorDef_`` (patches/csrc/gate.cpp) is checked by its build (where it
+does not compile: the Python gate, and ``_gate``'s own WARNING); the development tools
+(``emulation``, ``conformance``), which ``activate()`` never reaches, keep theirs.
 """
 from __future__ import annotations
 
@@ -177,6 +167,7 @@ def _has(module: str, name: str) -> Callable[[], bool]:
 
 
 PIECES: List[_Piece] = [
+    # these two are read at their call sites (once per dispatched call: no wrapper here)
     _Piece("OpOverload.redispatch",
            lambda: callable(_attr(torch.ops.aten.add.Tensor, "redispatch")),
            "every dispatcher fix fails with AttributeError when it runs"),
