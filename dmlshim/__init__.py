@@ -15,6 +15,7 @@ import threading
 import warnings
 from typing import Callable, Optional
 
+from . import _torch_compat
 from . import config as _config
 from . import devices as _devices
 from . import patches as _patches
@@ -48,7 +49,9 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
     basicsr's module alias, ``Patch.anywhere``); a device that appears later
     (``dmlshim.emulation.install()``) is probed then and gets its fixes.  The
     environment (``DMLSHIM_TRACE``, ``DMLSHIM_FALLBACK``, ``DMLSHIM_DEVICE`` /
-    ``INFERENCE_DEVICE``, ``DMLSHIM_PROBE``) is read now, at call time.  Calling again
+    ``INFERENCE_DEVICE``, ``DMLSHIM_PROBE``) is read now, at call time.  A private torch
+    API this torch lacks is logged once as a WARNING with what it costs
+    (``dmlshim._torch_compat``).  Calling again
     while active does nothing (with a warning when the settings differ).
 
     Raises:
@@ -64,6 +67,7 @@ def activate(target: Optional[str] = None, *, trace=None, fallback: Optional[str
                               "Call dmlshim.deactivate() first to change settings.", RuntimeWarning,
                               stacklevel=2)
             return
+        _torch_compat.warn_missing()        # a private torch API this torch lacks: a WARNING, once
         detection = _probing.detect(cfg.target, cfg.probe)
         _trace.start(cfg.trace)
         _ctx = _patches.Context(target=cfg.target, fallback=cfg.fallback, bf16=cfg.bf16, gate=cfg.gate,

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import check, conformance, doctor, run
+from . import _torch_compat, check, conformance, doctor, run
 from .realdml import cli as realdml_cli
 
 
@@ -35,6 +35,7 @@ def info(args: argparse.Namespace) -> int:
                                   for p in patches.REGISTRY]
     data["defects"] = _detection(cfg).to_dict()
     data["gate"] = _gate_report(cfg, data["defects"]["device"] is not None)
+    data["torch_internals_missing"] = _torch_compat.check()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -57,6 +58,7 @@ def info(args: argparse.Namespace) -> int:
     else:
         print("active         no")
     print(f"gate           {_gate_line(data['gate'])}")
+    print(f"torch internals: {_torch_compat.report_line(data['torch_internals_missing'])}")
     print("\n".join(trace.defect_lines(data["defects"])))
     print("patches (registry; installed by dmlshim.activate()):")
     for p in patches.REGISTRY:

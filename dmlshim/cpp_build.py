@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from . import _cache
+from . import _cache, _torch_compat
 
 STALE_LOCK_S = 600      # a build takes about 30 s; a lock this old outlived a killed build
 PREBUILT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_prebuilt")
@@ -201,12 +201,11 @@ def _built(name: str, load: bool = True):
     prebuilt = os.path.join(PREBUILT_DIR, name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
     if os.path.exists(prebuilt):
         return _load_file(name, prebuilt) if load else prebuilt
-    try:
-        from torch._appdirs import user_cache_dir        # cpp_extension's default root
-    except ImportError:
+    cache = _torch_compat.user_cache_dir(appname="torch_extensions")     # cpp_extension's default root
+    if cache is None:
         return None
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
-        os.path.realpath(user_cache_dir(appname="torch_extensions")),
+        os.path.realpath(cache),
         f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_"
         + ("cpu" if torch.version.cuda is None else f"cu{torch.version.cuda.replace('.', '')}"))
     path = os.path.join(root, name, name + (".pyd" if sys.platform == "win32" else ".so"))

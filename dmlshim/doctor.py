@@ -13,7 +13,10 @@ import json
 import platform
 import time
 from collections import Counter
+
 import torch
+
+from . import _torch_compat
 
 DEVICES = ("directml", "emulated", "cuda", "xpu", "mps")
 # the OpInfos of the conformance pass: common ops of real models first
@@ -76,6 +79,7 @@ def examine(device: str = "directml", seconds: float = 60.0, ops: str = DEFAULT_
         "ended_child_process": probe_child.ended_the_process({r["name"]: r["figure"] for r in detection.rows()}),
         "conformance": conformance_pass(torch.device(detection.device), seconds, ops),
         "gate": _gate_state(),
+        "torch_internals_missing": _torch_compat.check(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -129,6 +133,8 @@ def format_report(report: dict) -> str:
     if "gate" in report:
         from .patches import _gate
         lines.append(f"gate     {_gate.report_line(report['gate'])}")
+    if "torch_internals_missing" in report:
+        lines.append(f"torch internals: {_torch_compat.report_line(report['torch_internals_missing'])}")
     lines += defect_lines(report["probes"])
     if report.get("ended_child_process"):
         lines.append("probes that ended their child process: "

@@ -35,6 +35,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from . import _torch_compat
+
 logger = logging.getLogger("dmlshim")
 
 ACTIONS = ("pass", "coerce", "drop-empty", "cpu", "island", "error")
@@ -326,7 +328,10 @@ def counting(device_type: str = "privateuseone"):
     actions); both are added to :func:`report`'s ``ops``.  A ``TorchDispatchMode``: every call
     inside pays its Python (microseconds), so it is for a measuring run, not a timed one
     (``benchmarks/model_syncs.py`` counts in a run of its own)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    TorchDispatchMode = _torch_compat.dispatch_mode_class()
+    if TorchDispatchMode is None:
+        raise RuntimeError("dmlshim.trace.counting() needs torch.utils._python_dispatch."
+                           f"TorchDispatchMode, which torch {torch.__version__} lacks")
 
     class OpCounter(TorchDispatchMode):
         def __init__(self):

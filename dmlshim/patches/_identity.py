@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List
 
-import torch
+from .. import _torch_compat
 
 __all__ = ["TABLES", "prime", "alias", "forget"]
 
@@ -22,29 +22,16 @@ _lock = threading.Lock()
 _added: Dict[int, List[Any]] = {}        # id(wrapper) -> the tables it was added to
 
 
-def _allowed_methods():
-    return torch.nn.parameter.UninitializedTensorMixin._allowed_methods       # a list
-
-
-def _device_constructors():
-    from torch.utils import _device
-    return _device._device_constructors()                                   # lru_cache'd set
-
-
-def _tensor_methods():
-    # torch.overrides.is_tensor_method_or_property (torch.fx's tracer); absent on old torch
-    get = getattr(torch.overrides, "_get_tensor_methods", None)
-    return get() if get is not None else None
-
-
 def _island_metadata():
     from .. import islands
     return islands._METADATA                                                  # our own: a set
 
 
-# Each returns a mutable list or set that torch (or dmlshim) tests with ``func in table``.
-TABLES: List[Callable[[], Any]] = [_allowed_methods, _device_constructors, _tensor_methods,
-                                   _island_metadata]
+# Each returns a mutable list or set that torch (or dmlshim) tests with ``func in table``, or
+# None where this torch lacks it: _torch_compat.check() names that at activate() (a WARNING,
+# and ``python -m dmlshim info``), so a missing table is never a silent change.
+TABLES: List[Callable[[], Any]] = [_torch_compat.allowed_methods, _torch_compat.device_constructors,
+                                   _torch_compat.tensor_methods, _island_metadata]
 
 _tables: List[Any] = []
 
@@ -55,10 +42,7 @@ def prime() -> List[Any]:
     with _lock:
         if not _tables:
             for get in TABLES:
-                try:
-                    table = get()
-                except Exception:  # noqa: BLE001 - a private table this torch lacks
-                    continue
+                table = get()                   # None: missing, and reported by check()
                 if isinstance(table, (list, set)):
                     _tables.append(table)
         return _tables

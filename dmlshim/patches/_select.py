@@ -18,7 +18,7 @@ from typing import Dict, Tuple
 
 import torch
 
-from .. import fallback, trace
+from .. import _torch_compat, fallback, trace
 from . import _gate
 from .dispatcher import Done, Fix, answered, at_backend_select, backend_key, below, fix_kernel
 
@@ -219,7 +219,7 @@ def _remove(op) -> None:
         registration.destroy()
     library = _libraries.pop(op, None)
     if library is not None:
-        library._destroy()
+        _torch_compat.destroy_library(library)
 
 
 class Kernels:
@@ -271,4 +271,4 @@ class CompositeKernels:
     def uninstall(self) -> None:
         library, self._library = self._library, None
         if library is not None:
-            library._destroy()
+            _torch_compat.destroy_library(library)

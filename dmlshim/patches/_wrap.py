@@ -27,13 +27,8 @@ from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, T
 import torch
 import wrapt
 
-from .. import fallback, trace
+from .. import _torch_compat, fallback, trace
 from . import _identity
-
-try:
-    from torch.jit import _builtins as _jit_builtins     # private, see _jit_alias
-except ImportError:
-    _jit_builtins = None
 
 _lock = threading.RLock()
 _originals: Dict[Tuple[int, str], Any] = {}        # (id(owner), name) -> pristine object
@@ -366,10 +361,10 @@ def _jit_alias(proxy: Any, replaced: Any) -> None:
     """Let TorchScript see ``proxy`` as the aten op ``replaced`` stands for (else
     ``torch.jit.script`` of code calling e.g. ``torch.cat`` fails), or forget it
     (``replaced=None``).  TorchScript's ``id(function) -> "aten::op"`` table is private:
-    without it, nothing is done."""
-    try:
-        table = _jit_builtins._get_builtin_table()
-    except Exception:
+    where this torch lacks it, nothing is done, and _torch_compat.check() said so at
+    activate()."""
+    table = _torch_compat.builtin_table()
+    if table is None:
         return
     if replaced is None:
         table.pop(id(proxy), None)

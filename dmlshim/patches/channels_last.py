@@ -13,8 +13,8 @@ the ``meta`` device) and copies into them, on the device.  No public report.
 from __future__ import annotations
 
 import torch
-from torch._prims_common import is_contiguous_for_memory_format
 
+from .. import _torch_compat
 from . import _gate, _select
 from ._wrap import PatchSet
 from .dispatcher import Done
@@ -97,7 +97,7 @@ def _empty(func, args, kwargs):
 def _is_contiguous(func, args, kwargs):
     """The real binary answers ``is_contiguous(memory_format=)`` as ``is_contiguous()``: the
     answer from the strides, as torch's own."""
-    return "strides", is_contiguous_for_memory_format(args[0], memory_format=kwargs["memory_format"])
+    return "strides", _torch_compat.is_contiguous_for_memory_format(args[0], memory_format=kwargs["memory_format"])
 
 
 def _contiguous(func, args, kwargs):
@@ -105,7 +105,7 @@ def _contiguous(func, args, kwargs):
     tensor itself (its ``is_contiguous`` ignores the format): a channels-last clone unless the
     strides are already so."""
     self, fmt = args[0], kwargs["memory_format"]
-    if is_contiguous_for_memory_format(self, memory_format=fmt):
+    if _torch_compat.is_contiguous_for_memory_format(self, memory_format=fmt):
         return "pass", self
     return "channels last", self.clone(memory_format=fmt)
 

@@ -18,7 +18,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
-from .. import devices, fallback, islands, trace
+from .. import _torch_compat, devices, fallback, islands, trace
 from . import _gate
 from ._wrap import Context
 
@@ -562,7 +562,7 @@ def uninstall() -> None:
             registration.destroy()
     library, _library = _library, None
     if library is not None:
-        library._destroy()                             # removes the kernels from the dispatcher
+        _torch_compat.destroy_library(library)                             # removes the kernels from the dispatcher
 
 
 def registered() -> Dict[str, bool]:

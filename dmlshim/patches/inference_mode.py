@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import trace
+from .. import _torch_compat, trace
 from ..dml_ops import aten_op, view_kernels
 from . import _gate, _select
 from .dispatcher import Done, below
@@ -24,7 +24,7 @@ from .dispatcher import Done, below
 def _normal_view(op, keyset, args, kwargs):
     if not torch.is_inference_mode_enabled() or args[0].is_inference():
         return None
-    with torch._C._InferenceMode(False), trace.own():          # the view itself: its own time
+    with _torch_compat.inference_mode_off(), trace.own():          # the view itself: its own time
         return Done(op.redispatch(below(keyset), *args, **kwargs), record=False)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch.nn import Parameter
 
+from .. import _torch_compat
 from ._wrap import Context, PatchSet
 
 _patches = PatchSet(__name__)
@@ -28,7 +29,7 @@ def _crosses(t: torch.Tensor, fn, target: str) -> bool:
     with torch.no_grad():
         probe = fn(t.new_empty(0))
     return (target in (t.device.type, probe.device.type)
-            and not torch._has_compatible_shallow_copy_type(t, probe))
+            and not _torch_compat.has_compatible_shallow_copy_type(t, probe))
 
 
 def _as_parameters(module, fn, target: str) -> None:

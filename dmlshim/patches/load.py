@@ -31,6 +31,7 @@ from typing import Any, Optional
 import torch
 from torch.nn import Parameter
 
+from .. import _torch_compat
 from ._select import aside
 from ._wrap import Context, PatchSet
 
@@ -171,7 +172,7 @@ def _loader(ctx: Context, slot: int):
 @functools.lru_cache(maxsize=None)
 def _storage_less(device_type: str) -> bool:
     """Whether ``device_type`` tensors have no storage (torch-directml's OpaqueTensorImpl)."""
-    return not torch._C._has_storage(torch.empty(0, device=device_type))
+    return not _torch_compat.has_storage(torch.empty(0, device=device_type))
 
 
 def _storage_guard(ctx: Context):

@@ -27,9 +27,8 @@ from typing import Iterable, List
 
 import torch
 import torch.nn.functional as F
-from torch.utils._pytree import tree_map
 
-from .. import fallback, trace
+from .. import _torch_compat, fallback, trace
 from . import _gate, _select
 from ._wrap import Context, PatchSet
 
@@ -77,7 +76,7 @@ def _on_meta(x):
 
 def _sized(func, args, kwargs):
     """The CPU's sizes, strides and checks for the device outs, then the call on the device."""
-    meta_args, meta_kwargs = tree_map(_on_meta, args), tree_map(_on_meta, kwargs)
+    meta_args, meta_kwargs = _torch_compat.tree_map(_on_meta, args), _torch_compat.tree_map(_on_meta, kwargs)
     if "device" in kwargs:                              # a factory: torch.arange(5, out=o)
         meta_kwargs["device"] = "meta"
     try:
@@ -104,12 +103,12 @@ def _on_cpu(func, args, kwargs):
     with trace.substitute():
         outs = _outs(kwargs["out"])
         cpu_outs = [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) for o in outs]
-        cpu_kwargs = {**tree_map(trace.to_host, {k: v for k, v in kwargs.items() if k != "out"}),
+        cpu_kwargs = {**_torch_compat.tree_map(trace.to_host, {k: v for k, v in kwargs.items() if k != "out"}),
                       "out": cpu_outs[0] if isinstance(kwargs["out"], torch.Tensor) else tuple(cpu_outs)}
         if "device" in kwargs:
             cpu_kwargs["device"] = "cpu"
         with fallback.guard():
-            result = func(*tree_map(trace.to_host, args), **cpu_kwargs)
+            result = func(*_torch_compat.tree_map(trace.to_host, args), **cpu_kwargs)
         for out, cpu in zip(outs, cpu_outs):
             if out.shape != cpu.shape or out.stride() != cpu.stride():
                 fallback._resize(out, cpu.shape, cpu.stride())

@@ -22,7 +22,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .. import fallback, trace
+from .. import _torch_compat, fallback, trace
 from . import _opmath
 from ._wrap import Context
 from .dispatcher import backend_key
@@ -58,7 +58,7 @@ class WeightCache:
         # untyped_storage() raise), so there the version counter alone shows a change:
         # a `.data =` swap to a same-shaped tensor, or an inference tensor changed in
         # place inside inference mode, is not seen (docs/rnn.md)
-        ptr = w.data_ptr() if torch._C._has_storage(w) else None
+        ptr = w.data_ptr() if _torch_compat.has_storage(w) else None
         # inference tensors have no version counter (and cannot change outside
         # inference mode): the data pointer alone identifies them
         version = None if w.is_inference() else w._version
@@ -217,7 +217,7 @@ def _register(target: str) -> None:
                 # gives an op it has met (a fused cell) one of its own.  The Autograd
                 # key still serves the calls made with autograd.
                 if key != backend.name or op not in _FUSED:
-                    library._destroy()          # nothing half-installed
+                    _torch_compat.destroy_library(library)          # nothing half-installed
                     raise
     _library = library
 
@@ -231,5 +231,5 @@ def uninstall() -> None:
     global _library
     library, _library = _library, None
     if library is not None:
-        library._destroy()                      # removes the kernels from the dispatcher
+        _torch_compat.destroy_library(library)                      # removes the kernels from the dispatcher
     cache.clear()                           # deactivate() frees the CPU copies
