@@ -169,9 +169,9 @@ def substitute() -> _Region:
     return _Region(True)
 
 
-def substituted(func: Callable, *args, **kwargs):
-    """``func(*args, **kwargs)`` as a :func:`substitute` region, in one Python call (a hot
-    fix's cast: ``mul``'s)."""
+def region(substitute: bool, func: Callable, *args, **kwargs):
+    """``func(*args, **kwargs)`` as a :func:`substitute` (True) or :func:`own` region, in one
+    Python call: a hot fix's (``mul``'s cast, its fixed call)."""
     c = _current.get()
     if c is None or c[REGION]:
         return func(*args, **kwargs)
@@ -180,7 +180,7 @@ def substituted(func: Callable, *args, **kwargs):
     try:
         return func(*args, **kwargs)
     finally:
-        c[SUB] += _clock() - start - (c[NESTED] - nested)
+        c[SUB if substitute else OWN] += _clock() - start - (c[NESTED] - nested)
         c[REGION] = False
 
 

@@ -99,12 +99,12 @@ def test_tensor_methods_and_operators(shim, assert_parity):
 @pytest.mark.emulated_only(
     reason="injects failing emulation.Rules for aten::cat and mul, which the real binary computes")
 def test_entry_points_shared_with_core_patches(shim, assert_parity):
-    """torch.cat and Tensor.__mul__ are intercepted by the cat and mul patches (torch.cat by
-    out_resize too); auto's retry runs inside those wrappers (no layer of its own) and still
-    retries and remembers failures, on the core fast path (float x float) and after its
-    handler (float x bool)."""
+    """Tensor.__mul__ is intercepted by a core patch (dtypes' complex numbers); auto's retry
+    runs inside that wrapper (no layer of its own), torch.cat gets auto's own; both still
+    retry and remember failures, on the fast path (float x float) and after mul's
+    BackendSelect fix (float x bool)."""
     dev = shim("auto")
-    for attr, owner in (("cat", torch), ("__mul__", torch.Tensor)):
+    for attr, owner in (("__mul__", torch.Tensor),):
         layers, layer = [], vars(owner)[attr]
         while layer is not dmlshim.patches.original(owner, attr):
             layers.append(layer)
@@ -123,7 +123,7 @@ def test_entry_points_shared_with_core_patches(shim, assert_parity):
             assert_parity(out.cpu(), torch.cat([a, b]))
             assert_parity((a.to(dev) * a.to(dev)).cpu(), a * a)
         assert reached("cat") == 1 and reached("mul") == 1
-        masked = a.to(dev) * m.to(dev)                         # the mul patch's handler, then auto
+        masked = a.to(dev) * m.to(dev)                         # mul's fix, then auto
         assert masked.device == dev
         assert_parity(masked.cpu(), a * m)
     assert {"torch.cat", "Tensor.__mul__"} <= set(auto.failures())

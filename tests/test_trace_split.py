@@ -213,12 +213,12 @@ def test_a_report_of_rows_without_parts_still_renders():
 
 
 def test_a_python_kernel_that_passes_a_call_through_is_overhead_in_no_row(dml_device, default_shim):
-    from dmlshim.patches import dispatcher
-    if not dispatcher.holds(torch.ops.aten.cat.default):
+    from dmlshim.patches import _select
+    if not _select.holds(torch.ops.aten.cat.default):
         pytest.skip("this device's cat needs no fix: no Python kernel holds it")
     empty = torch.empty(0, 4).to(dml_device)
     trace.reset()
-    torch.ops.aten.cat.default([empty])          # the net's kernel looks (an empty input), passes
+    torch.ops.aten.cat.default([empty])          # cat's kernel looks (an empty input), passes
     report = dmlshim.report()
     assert report.rows == [] and report.passed["aten::cat"]["calls"] == 1
     totals = report.totals

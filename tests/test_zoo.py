@@ -44,5 +44,5 @@ def test_zoo_table_rows_and_results_file(tmp_path, capsys, dml_device, profile):
     # DirectML rejects; the shim drops the empty input and stays on the device
     assert nano[0] == "Fun-ASR-Nano (SenseVoice encoder + Qwen3, transformers)"
     assert nano[1].startswith("`RuntimeError: The parameter is incorrect")
-    assert "`torch.cat` drop-empty=" in nano[2] and "0 token edit(s)" in nano[3]
+    assert "`aten::cat` coerce=" in nano[2] and "0 token edit(s)" in nano[3]
     assert f"parity profile '{profile}'" in out

@@ -23,7 +23,8 @@ from . import _gate
 from .dispatcher import Done, Fix, answered, at_backend_select, backend_key, below, fix_kernel
 
 
-_aside = 0                  # > 0 while a probe runs: fixes stand aside on every thread
+# > 0 while a probe runs: fixes stand aside on every thread (a list: fix_kernel reads it in place)
+_probes = [0]
 _aside_lock = threading.Lock()
 
 
@@ -31,25 +32,18 @@ _aside_lock = threading.Lock()
 def standing_aside():
     """The reported-defect fixes pass every call through, on every thread, for the block
     (a probe's milliseconds: ``dmlshim.catalogue.probes``)."""
-    global _aside
     with _aside_lock:
-        _aside += 1
+        _probes[0] += 1
     try:
         yield
     finally:
         with _aside_lock:
-            _aside -= 1
+            _probes[0] -= 1
 
 
 def aside() -> bool:
     """Whether the fixes stand aside now (a probe, or the shim's own work)."""
-    return _aside > 0 or fallback.busy()
-
-
-def probing() -> bool:
-    """Whether a probe runs: the fixes that also fix the shim's own work
-    (``Kernels(while_busy=True)``) stand aside only then."""
-    return _aside > 0
+    return _probes[0] > 0 or fallback.busy()
 
 
 def _busy_too(fix) -> bool:
@@ -185,7 +179,9 @@ def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "
         if _placed.get(op) != (at_backend, busy_too):
             _remove(op)
             library = torch.library.Library("aten", "IMPL")
-            kernel = fix_kernel(op, _run_chain, backend, aside=probing if busy_too else aside)
+            # the fixes that also fix the shim's own work stand aside only while a probe runs
+            kernel = fix_kernel(op, _run_chain, backend, aside=None if busy_too else aside,
+                                probes=_probes if busy_too else None)
             _gates[op] = at_backend_select(library, op, kernel, target, gate, at_backend=at_backend)
             _libraries[op], _placed[op] = library, (at_backend, busy_too)
         _gate.set_watch(_gates[op], op, _chains[op])

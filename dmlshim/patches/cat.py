@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import trace
 from . import _gate, _select
 
 _aten = torch.ops.aten
@@ -82,7 +83,7 @@ def _drop_empty(op, keyset, args, kwargs):
         return _select.Done(out)
     # made again from the top: the gate and the rest of the chain see it as any other
     # (rank_limit's past 5 dimensions, int_range's spans)
-    return _select.Done(op(keep, dim, **kwargs))
+    return _select.Done(trace.region(False, op, keep, dim, **kwargs))
 
 
 # cat.out too (stack(out=) reaches it); also while the shim does its own work

@@ -325,7 +325,8 @@ def below(keyset):
 # _composite_kernel (Autograd and backend keys of a CompositeImplicitAutograd op): the whole
 # op as an island, else torch's decomposition, never a redispatch.  One maker with flags
 # would be these four behind a switch, on every call.
-def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = None):
+def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = None,
+               probes: Optional[list] = None):
     """The BackendSelect kernel of ``op`` for ``fix``, the one maker of the net's (``FIXES``)
     and the reported-defect fixes' (``_select.py``) kernels.  Python numbers in Tensor slots
     become 0-dim tensors first (``fallback.numbers_converter``): the 2.5 of ``x * 2.5``
@@ -334,7 +335,8 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     dispatch key) then goes to ``fix``; the fixed call, and every other, is redispatched
     below BackendSelect; in ``report()`` the redispatch of a fixed call is the op's ``own``
     time, a fix's ``trace.substitute()`` regions its ``substitute``, the rest (the fix's
-    Python) its ``overhead``.  While ``aside()`` returns True every call passes through unfixed
+    Python) its ``overhead``.  While ``aside()`` returns True, or ``probes[0]`` is not 0 (a
+    probe runs: ``_select.standing_aside``), every call passes through unfixed
     (``_select``'s fixes stand aside for probes and the shim's own work; the net fixes the
     shim's own device calls too, a ``cat`` under ``fallback.guard()``)."""
     name = op.name()
@@ -347,7 +349,7 @@ def fix_kernel(op, fix: Fix, backend, *, aside: Optional[Callable[[], bool]] = N
     def kernel(keyset, *args, **kwargs):
         if numbers is not None:
             args = numbers(args)
-        if keyset.has(backend) and (aside is None or not aside()):
+        if keyset.has(backend) and (aside is None or not aside()) and not (probes and probes[0]):
             # a handled call, current while the fix runs: its trace.substitute() regions and
             # nested rows count there; passed through, or computed without a row, its checks
             # are overhead (passed)

@@ -55,8 +55,8 @@ def coerce_bool_operands(args, kwargs, inplace: bool, below=None):
         _refuse_out(a, b, out)
     # the cast: work done instead of DirectML's bool result (trace's substitute)
     cast = a if a_bool else b
-    cast = trace.substituted(cast.to, dtype) if below is None or cast.is_cpu else \
-        trace.substituted(_aten._to_copy.default.redispatch, below, cast, dtype=dtype)
+    cast = trace.region(True, cast.to, dtype) if below is None or cast.is_cpu else \
+        trace.region(True, _aten._to_copy.default.redispatch, below, cast, dtype=dtype)
     operands = (cast, b) if a_bool else (a, cast)
     return (*operands, *args[2:]), kwargs
 
@@ -71,7 +71,7 @@ def _bool_operand(inplace: bool):
         if inplace and args[0].numel() == 0:
             return _empty_inplace(op, args, kwargs)
         fixed = coerce_bool_operands(args, kwargs, inplace, _select.below(keyset))
-        return fixed and _select.Done(op(*fixed[0], **fixed[1]))
+        return fixed and _select.Done(trace.region(False, op, *fixed[0], **fixed[1]))
     return fix
 
 
