@@ -50,8 +50,8 @@ def mul_fix(op, args, kwargs):
     return _same_rank(op, None, args, kwargs)
 
 
-_kernels = _select.Kernels({op: _same_rank for op in OPS if op not in MUL})
-_mul_kernels = _select.Kernels({op: _same_rank for op in MUL})
+_kernels = _select.Kernels(__name__, {op: _same_rank for op in OPS if op not in MUL})
+_mul_kernels = _select.Kernels(__name__, {op: _same_rank for op in MUL})
 
 
 def install(ctx) -> None:
@@ -59,7 +59,7 @@ def install(ctx) -> None:
     :func:`mul_fix`: one Python BackendSelect kernel per overload)."""
     from . import dispatcher
     _kernels.install(ctx)
-    dispatcher.add_hook("mul", mul_fix)
+    dispatcher.add_hook("mul", mul_fix, owner=__name__)
     if not all(dispatcher.holds(op) for op in MUL):
         _mul_kernels.install(ctx)
 

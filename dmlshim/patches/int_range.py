@@ -719,17 +719,17 @@ def _int64_on(target: str):
     return _on(target, lambda dtype: dtype == torch.int64)
 
 
-_kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
+_kernels = _select.Kernels(__name__, {**{op: _guarded for op in RULES if op not in MUL + PUT},
                            **{op: _indices for op in _INDICES},
                            **{op: _within_source for op in _SOURCES},
                            **{op: _spanned for op in integers.SPANS},
                            **{op: _summed for op in _SUMS},
                            **{op: _masked_filled for op in _MASKED_FILLS}})
-_index_kernel = _select.Kernels({_INDEX: _within_source})
+_index_kernel = _select.Kernels(__name__, {_INDEX: _within_source})
 # mul's and _index_put_impl_'s: through the dispatcher net's kernel where it holds one
 # Not mul.out alone: the real binary's mul.Tensor reaches its mul.out, and a Python kernel there
 # would change what float x bool gives while mul's own fix is off (a float out for bool)
-_net_kernels = {ops: _select.Kernels({op: _guarded for op in ops if op is not _aten.mul.out})
+_net_kernels = {ops: _select.Kernels(__name__, {op: _guarded for op in ops if op is not _aten.mul.out})
                 for ops in (MUL, PUT)}
 _patches = PatchSet(__name__)
 
@@ -751,14 +751,14 @@ def install(ctx) -> None:
     for name, handler in _IN_PLACE.items():
         _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=_INTEGRAL)
     for base, ops in (("mul", MUL), ("_index_put_impl_", PUT)):
-        dispatcher.add_hook(base, net_fix)
+        dispatcher.add_hook(base, net_fix, owner=__name__)
         if not all(dispatcher.holds(op) for op in ops):
             _net_kernels[ops].install(ctx)
-    dispatcher.add_hook("_to_copy", _copied_over, after=True)
-    dispatcher.add_hook("cat", _concatenated, after=True)
-    dispatcher.add_hook("index", _indexed, after=True)
-    dispatcher.add_hook("mul", _multiplied, after=True)
-    dispatcher.add_hook("full", _full, after=True)
+    dispatcher.add_hook("_to_copy", _copied_over, after=True, owner=__name__)
+    dispatcher.add_hook("cat", _concatenated, after=True, owner=__name__)
+    dispatcher.add_hook("index", _indexed, after=True, owner=__name__)
+    dispatcher.add_hook("mul", _multiplied, after=True, owner=__name__)
+    dispatcher.add_hook("full", _full, after=True, owner=__name__)
     if not dispatcher.holds(_INDEX):
         _index_kernel.install(ctx)
 

@@ -191,10 +191,10 @@ _TABLE = {**{op: _reduced for op in ranks.REDUCTIONS}, **{op: _along for op in r
           **{op: _on_cpu for op in ranks.ON_CPU + ranks.IN_PLACE_ON_CPU + ranks.PAD}}
 # overloads the dispatcher net may hold (its kernel asks these hooks first): base -> (overload, fix)
 _NET = {"cat": (_aten.cat.default, _along), "mul": (_aten.mul.Tensor, _expanded)}
-_kernels = _select.Kernels({op: fix for op, fix in _TABLE.items() if op not in {o for o, _ in _NET.values()}})
+_kernels = _select.Kernels(__name__, {op: fix for op, fix in _TABLE.items() if op not in {o for o, _ in _NET.values()}})
 _hooks = {base: _gate.watching(_past(op))(lambda op, args, kwargs, fix=fix: fix(op, None, args, kwargs))
           for base, (op, fix) in _NET.items()}
-_net_kernels = {base: _select.Kernels({op: fix}) for base, (op, fix) in _NET.items()}
+_net_kernels = {base: _select.Kernels(__name__, {op: fix}) for base, (op, fix) in _NET.items()}
 
 
 def _copy(func, args, kwargs):
@@ -227,7 +227,7 @@ def install(ctx) -> None:
     _kernels.install(ctx)
     _patches.intercept(ctx, torch.Tensor, "copy_", _copy, select=_copies_past_the_limit(ctx.target))
     for base, (op, _) in _NET.items():
-        dispatcher.add_hook(base, _hooks[base])
+        dispatcher.add_hook(base, _hooks[base], owner=__name__)
         if not dispatcher.holds(op):
             _net_kernels[base].install(ctx)
 
