@@ -102,3 +102,21 @@ def test_a_patch_installed_again_takes_its_declared_place(every_fix, name):
     assert all(name not in owners for owners in _select.chains().values())
     module.install(every_fix)
     assert _registered() == before
+
+
+# Two chains whose registry order was wrong (issue 49): a fix that computes its call below the
+# chain (a fixed call redispatched, _select.itself) went before one the call needed.
+
+def test_integer_baddbmm_of_a_fractional_alpha_with_a_cpu_operand_gets_torchs_error(every_fix, dml_device):
+    """bmm_cpu_operand first: int_addmm's fixed call reached the kernel that ends the process."""
+    import torch
+    a, b = torch.ones(2, 3, 4, dtype=torch.int64, device=dml_device), torch.ones(2, 4, 5, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.baddbmm(torch.zeros(2, 3, 5, dtype=torch.int64, device=dml_device), a, b, alpha=0.5)
+
+
+def test_unique_of_int64_values_past_32_bits_in_two_dimensions(every_fix, dml_device):
+    """int_range before unique_bytes: unique_bytes' flattened call ran past int_range's guard."""
+    import torch
+    x = torch.tensor([[2**40 + 1, 2**40 + 2], [5, 2**40 + 1]])
+    assert torch.unique(x.to(dml_device)).cpu().tolist() == torch.unique(x).tolist()

@@ -213,19 +213,25 @@ REGISTRY: Tuple[Patch, ...] = (
                           "the real 0.2.5 binary): on the CPU"),
     Patch("arange_float32", "arange takes its length from float32: values dropped or added, none past 2**31 "
                             "(measured on the real 0.2.5 binary): on the CPU"),
-    Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
-                          "on the real 0.2.5 binary): flattened, widened to int32, on the device",
-          # unique's counts go to the CPU, right for every dtype and rank
-          after=("unique",)),
+    Patch("bmm_cpu_operand", "bmm/baddbmm with a CPU operand end the process (measured on the real 0.2.5 "
+                         "binary): torch's error for operands on two devices, before the kernel",
+          # it only raises torch's error, so it goes first: after them, int_addmm's fixed call of
+          # a fractional alpha was redispatched past it, to the kernel that ends the process
+          # (issue 49)
+          before=("int_range", "int_addmm")),
     Patch("int_range", "integer arithmetic computes in float32 (add/sub/mul with a number, neg, pow, // and %, "
                        "mm): exact only within 2**24, saturating; int64 clone/sub/maximum/clamp/sort read 32 "
                        "bits (measured on the real 0.2.5 binary): calls whose values leave that span on the CPU",
           # its spans are of the call those hand on (gather's dim from 0: _select.pass_on) or make
           # again (masked_fill_rank's flattened call); an empty sum has nothing to compute; unique's
-          # counts go to the CPU; unique_bytes, int_pow_zero and bool_exp2 answer as the registry
-          # had them (their answer is computed below the chain: see the report of issue 49)
-          after=("gather", "unique", "unique_bytes", "empty_reduction", "masked_fill_rank", "int_pow_zero",
-                 "bool_exp2")),
+          # counts go to the CPU; int_pow_zero and bool_exp2 answer as the registry had them
+          after=("gather", "unique", "empty_reduction", "masked_fill_rank", "int_pow_zero", "bool_exp2")),
+    Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
+                          "on the real 0.2.5 binary): flattened, widened to int32, on the device",
+          # unique's counts go to the CPU, right for every dtype and rank; int_range's guard hands
+          # the call on to this one, which computes it below the chain (_select.itself): before
+          # it, an int64 of >= 2 dimensions past 32 bits came back wrong (issue 49)
+          after=("unique", "int_range")),
     Patch("nan_reductions", "amax/max/min/argmax/argmin, logsumexp and the inf-norms skip NaN (measured on the "
                             "real 0.2.5 binary): NaN, its first index, or logsumexp's -inf/inf put in by where, "
                             "on the device (three to five more kernels a call, no read)",
@@ -286,11 +292,6 @@ REGISTRY: Tuple[Patch, ...] = (
           # pad_negative hands its cropped call of mixed signs on to it (_select.pass_on);
           # pad_zero answers every pad of 0s first (this one's own pad of 0s would be that call)
           after=("pad_negative", "pad_zero")),
-    Patch("bmm_cpu_operand", "bmm/baddbmm with a CPU operand end the process (measured on the real 0.2.5 "
-                         "binary): torch's error for operands on two devices, before the kernel",
-          # as the registry had it: int_range and int_addmm hand their calls on to it, except
-          # those they answer themselves (see the report of issue 49)
-          after=("int_range", "int_addmm")),
     Patch("batched_tril_triu", "tril/triu of a batch of matrices keep the wrong diagonals (measured on "
                                "the real 0.2.5 binary): the 2-D mask of the last two dimensions, where, "
                                "on the device"),
