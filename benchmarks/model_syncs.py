@@ -167,9 +167,8 @@ def acted(report):
     that wrapped that attribute."""
     from dmlshim.patches import REGISTRY, _select, dispatcher, refused
     by_op = {}
-    for op, chain in _select._chains.items():
-        for fix in chain:
-            name = fix.__module__.rsplit(".", 1)[-1]
+    for op, owners in _select.chains().items():
+        for name in owners:
             if name == "refused":
                 name = next(refused.fix_name(g) for g, ops in refused.GROUPS.items() if op in ops)
             by_op.setdefault(op.name(), set()).add(name)

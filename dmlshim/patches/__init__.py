@@ -18,6 +18,7 @@ raw wrapt wrapper; owners may be module names, wrapped lazily), then append
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 import warnings
@@ -42,8 +43,11 @@ class Patch:
     it (a module alias); every other patch waits until a device appears
     (``Context.present``), so a CPU-only or CUDA machine pays nothing per call.
     ``after`` / ``before``: patches this one must be installed after / before (the registry
-    is installed in order; tests/test_activate.py checks every constraint), the comment
-    beside them says why.
+    is installed in order; tests/test_activate.py checks every constraint), and whose fixes
+    it follows / precedes in every BackendSelect chain they share (``_select``'s chains
+    and the dispatcher net's hooks are sorted by :func:`rank`, whatever the install
+    order; tests/test_fix_order.py asks every two patches of a chain for a declared
+    relation), the comment beside them says why.
     """
 
     name: str
@@ -117,10 +121,13 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("rank_limit", "reductions, scans, sorts, cat, where, gather, index_select, flip, layer_norm and "
                         "broadcasting binary ops of more than 5 dimensions end the process (measured on the "
                         "real 0.2.5 binary; DirectML#537): on fewer dimensions on the device, else on the CPU",
-          # first in every chain it shares: a fix before it would hand the call of 6 dimensions
-          # to the kernel that ends the process
+          # first in every chain it shares but mul's and cat's, which make their fixed call
+          # again from the top, so it reaches this one (a fix before it that redispatched below
+          # would hand the call of 6 dimensions to the kernel that ends the process)
+          after=("mul", "cat"),
           before=("gather", "layer_norm", "empty_layer_norm", "empty_reduction", "sort_scalar", "int_range",
-                  "nan_reductions", "int_broadcast", "bool_minmax", "flip_dims", "refused")),
+                  "nan_reductions", "int_broadcast", "bool_minmax", "flip_dims", "refused", "pad_negative",
+                  "pad_zero", "pad_value", "empty_broadcast", "var_correction")),
     Patch("offset_views", "views of a view with an offset, and split's chunks, are copies: writes "
                           "through them are lost (measured on the real 0.2.5 binary; #62): made from "
                           "the tensor they alias with as_strided, on the device",
@@ -173,35 +180,61 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("pad_negative", "replication_pad with a negative begin pad is silently wrong, constant_pad_nd "
                           "with mixed signs refused (measured on the real 0.2.5 binary): crop, then pad"),
     Patch("pad_zero", "constant_pad_nd with every pad 0 returns an uninitialised tensor (measured on the "
-                      "real 0.2.5 binary; #63): a copy, on the device"),
+                      "real 0.2.5 binary; #63): a copy, on the device",
+          # pad_negative hands its cropped call on (_select.pass_on): a crop that leaves every
+          # pad 0 is this one's call
+          after=("pad_negative",)),
     Patch("combinations", "torch.combinations' C++ composite fails (measured on the real 0.2.5 binary: "
                           "'The size of tensor a (n) must match ... (0)', CreateOperator): on the CPU"),
     Patch("empty_unary", "log2/log10/sinc/bitwise_not/pow of an empty input come back with another dtype or "
                          "shape (measured on the real 0.2.5 binary): on the CPU (nothing to compute)",
-          # pow's overloads are in int_broadcast's chain too (the first fix that answers wins)
-          before=("int_broadcast",)),
+          # pow's overloads are in int_broadcast's chain too (the first fix that answers wins); an
+          # empty input has nothing to compute, so it answers before the fixes that would compute
+          # it (pow: int_pow_zero, bool_exp2, int_range, empty_broadcast's pow_; log2/log10/sinc:
+          # refused's retry, which would take the device's wrong dtype or shape as an answer)
+          before=("int_broadcast", "empty_broadcast", "int_pow_zero", "bool_exp2", "int_range", "refused")),
     Patch("empty_broadcast", "sub/rsub of float32, bitwise_xor and in-place add_/sub_/div_/pow_/bitwise_or_ ... "
                              "with an operand of no elements raise 'The size of tensor a (0) must match' "
                              "(measured on the real 0.2.5 binary): the empty result's shape from meta, "
                              "on the device (nothing to compute)",
-          # sub/rsub.Tensor and the in-place ops are in int_broadcast's and int_range's chains
-          before=("int_broadcast", "int_range")),
+          # sub/rsub.Tensor and the in-place ops are in int_broadcast's and int_range's chains,
+          # pow_.Tensor in int_pow_zero's: an empty result has nothing to compute
+          before=("int_broadcast", "int_range", "int_pow_zero")),
     Patch("masked_fill_rank", "masked_fill_ of 5 dimensions refused, of 6 to 8 ends the process (measured on the "
                               "real 0.2.5 binary; nanquantile with keepdim): flattened, the mask expanded, on "
                               "the device"),
     Patch("int_pow_zero", "integer pow of a zero base to a negative exponent gives the int32 maximum "
-                          "(measured on the real 0.2.5 binary): those elements 0, on the device"),
+                          "(measured on the real 0.2.5 binary): those elements 0, on the device",
+          # it computes the whole call itself (_select.itself, int_broadcast's leading ones
+          # included), so it answers before the fixes of pow it would otherwise hand on to
+          before=("bool_exp2", "int_broadcast")),
     Patch("bool_exp2", "exp2 of bool, pow of a number to a bool exponent give 1 (measured on the real "
                        "0.2.5 binary): the exponent cast to the result's dtype, on the device"),
     Patch("linspace_int", "linspace of an integer dtype truncates its step, of bool is refused (measured on "
                           "the real 0.2.5 binary): on the CPU"),
     Patch("arange_float32", "arange takes its length from float32: values dropped or added, none past 2**31 "
                             "(measured on the real 0.2.5 binary): on the CPU"),
-    Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
-                          "on the real 0.2.5 binary): flattened, widened to int32, on the device"),
+    Patch("bmm_cpu_operand", "bmm/baddbmm with a CPU operand end the process (measured on the real 0.2.5 "
+                         "binary): torch's error for operands on two devices, before the kernel",
+          # it only raises torch's error, so it goes first: after them, int_addmm's fixed call of
+          # a fractional alpha was redispatched past it, to the kernel that ends the process
+          # (issue 49)
+          before=("int_range", "int_addmm")),
     Patch("int_range", "integer arithmetic computes in float32 (add/sub/mul with a number, neg, pow, // and %, "
                        "mm): exact only within 2**24, saturating; int64 clone/sub/maximum/clamp/sort read 32 "
-                       "bits (measured on the real 0.2.5 binary): calls whose values leave that span on the CPU"),
+                       "bits (measured on the real 0.2.5 binary): calls whose values leave that span on the CPU",
+          # its spans are of the call those hand on (gather's dim from 0: _select.pass_on) or make
+          # again (masked_fill_rank's flattened call); an empty sum has nothing to compute; unique's
+          # counts go to the CPU; int_pow_zero and bool_exp2 answer as the registry had them
+          # mul's cast and cat's dropped empties make their call again, which this one then sees
+          after=("gather", "unique", "empty_reduction", "masked_fill_rank", "int_pow_zero", "bool_exp2",
+                 "mul", "cat")),
+    Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
+                          "on the real 0.2.5 binary): flattened, widened to int32, on the device",
+          # unique's counts go to the CPU, right for every dtype and rank; int_range's guard hands
+          # the call on to this one, which computes it below the chain (_select.itself): before
+          # it, an int64 of >= 2 dimensions past 32 bits came back wrong (issue 49)
+          after=("unique", "int_range")),
     Patch("nan_reductions", "amax/max/min/argmax/argmin, logsumexp and the inf-norms skip NaN (measured on the "
                             "real 0.2.5 binary): NaN, its first index, or logsumexp's -inf/inf put in by where, "
                             "on the device (three to five more kernels a call, no read)",
@@ -218,14 +251,19 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
                            "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
                            "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "
-                           "on the device"),
+                           "on the device",
+          # int_range measures the operands and hands the call on to this one (_select.pass_on);
+          # this one's fixed call is redispatched below the chain, past int_range
+          after=("int_range", "mul")),
     Patch("var_correction", "var()/std_mean() over every dimension without a correction divide by n "
                             "(measured on the real 0.2.5 binary): every dimension and the correction "
                             "named, on the device"),
     Patch("dropout_backward", "native_dropout_backward (dropout's gradient) comes back bool (measured on "
                               "the real 0.2.5 binary): grad * mask * scale, on the device"),
     Patch("int_addmm", "addmm/baddbmm of integers with a fractional alpha/beta scale by the float values "
-                       "(measured on the real 0.2.5 binary): truncated as the CPU does, on the device"),
+                       "(measured on the real 0.2.5 binary): truncated as the CPU does, on the device",
+          # int_range hands its call on (_select.pass_on); this one's is redispatched below the chain
+          after=("int_range",)),
     Patch("vector_norm", "linalg_vector_norm/norm with an ord other than 0, 1, 2 overwrite the input with "
                          "abs(x)**ord, in float16 for float16 (saturated, dtype= ignored); keepdim over every "
                          "dimension gives 0-dim (measured on the real 0.2.5 binary): a copy for the kernel, "
@@ -248,21 +286,23 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("bool_minmax", "max()/min() of a bool tensor come back int32 (measured on the real 0.2.5 "
                          "binary): cast back to bool, on the device"),
     Patch("flip_dims", "flip with a negative dimension or of a 0-dim tensor ends the process (measured on "
-                       "the real 0.2.5 binary): the dimension counted from 0, on the device"),
+                       "the real 0.2.5 binary): the dimension counted from 0, on the device",
+          # int_range keeps the span of the flip this one fixes (_select.pass_on)
+          after=("int_range",)),
     Patch("pad_value", "constant_pad_nd keeps the pad value of its first call per shape, pads and dtype, "
                        "refuses an empty input (measured on the real 0.2.5 binary): padded with 0, the value "
                        "by masked_fill, on the device; an empty input on the CPU",
           # pad_negative hands its cropped call of mixed signs on to it (_select.pass_on);
           # pad_zero answers every pad of 0s first (this one's own pad of 0s would be that call)
           after=("pad_negative", "pad_zero")),
-    Patch("bmm_cpu_operand", "bmm/baddbmm with a CPU operand end the process (measured on the real 0.2.5 "
-                         "binary): torch's error for operands on two devices, before the kernel"),
     Patch("batched_tril_triu", "tril/triu of a batch of matrices keep the wrong diagonals (measured on "
                                "the real 0.2.5 binary): the 2-D mask of the last two dimensions, where, "
                                "on the device"),
     Patch("channels_last", "memory_format=channels_last is refused for device tensors ('must be "
                            "Contiguous for DML tensors', measured on the real 0.2.5 binary): the CPU's "
-                           "strides by empty_strided and a copy, on the device"),
+                           "strides by empty_strided and a copy, on the device",
+          # int_range's int64 clone guard hands the call on to this one's clone (_select.pass_on)
+          after=("int_range",)),
     Patch("scatter_repeated", "scatter_add/scatter(reduce=) with a repeated index write it once (measured "
                               "on the real 0.2.5 binary): index_put_(accumulate=True), on the device",
           # gather's dim=-1 fix hands the dimension counted from 0 on; refused's retry answers all
@@ -271,8 +311,9 @@ REGISTRY: Tuple[Patch, ...] = (
                      "divisor_override, zero-size mm/addmm, integer log2/isnan/sinc, partial scatter, "
                      "the *_scatter ops): retried on the CPU at BackendSelect, however reached",
           # its retry answers every call it holds, so the fixes that share its overloads go first
-          # (_select's chain runs in install order)
-          after=("gather", "repeat", "adaptive_pool")),
+          # (_select sorts each chain by the declared order)
+          after=("gather", "repeat", "adaptive_pool", "int_range", "int_addmm", "conv_transpose_padding",
+                 "avg_pool_ceil")),
     Patch("max_pool_unbatched", "max_pool2d_with_indices and its backward of an unbatched 3-D input: 'Dimension "
                                 "out of range' (measured on the real 0.2.5 binary): with a batch of one, on the device",
           # before max_pool_ceil, which runs ceil_mode on the CPU: the batched call reaches it
@@ -283,13 +324,53 @@ REGISTRY: Tuple[Patch, ...] = (
     Patch("max_pool_ceil", "max_pool2d with ceil_mode=True gives floor mode's shape, other indices and "
                            "gradients (measured on the real 0.2.5 binary): with ceil_mode on the CPU"),
     Patch("pad_unbatched", "reflection_pad2d of an unbatched 3-D input: 'vector::_M_range_check' (measured on "
-                           "the real 0.2.5 binary): with a batch of one, on the device"),
+                           "the real 0.2.5 binary): with a batch of one, on the device",
+          # pad's CPU answer of unequal pairs holds at any rank; this one's batched call goes
+          # through the whole chain again (the op called, not redispatched)
+          after=("pad",)),
     Patch("max_pool_indices", "max_pool2d_with_indices counts its indices over the whole tensor, not per plane; "
                               "with a dilation its values are wrong (measured on the real 0.2.5 binary): the "
                               "planes' offsets subtracted on the device; a dilated call on the CPU",
           # after max_pool_ceil (ceil_mode: the CPU's indices) and max_pool_unbatched (3-D: batched)
           after=("max_pool_ceil", "max_pool_unbatched")),
 )
+
+
+
+@functools.lru_cache(maxsize=None)
+def _ranks() -> Dict[str, int]:
+    """Each patch's place in a topological order of REGISTRY's ``after=``/``before=``, ties
+    broken by registry position (so it is the registry's own order while that keeps every
+    declaration, as tests/test_activate.py checks)."""
+    first: Dict[str, set] = {p.name: set(p.after) for p in REGISTRY}     # name -> who goes before it
+    for patch in REGISTRY:
+        for later in patch.before:
+            first[later].add(patch.name)
+    placed: List[str] = []
+    while len(placed) < len(REGISTRY):
+        ready = [p.name for p in REGISTRY if p.name not in placed and first[p.name] <= set(placed)]
+        if not ready:
+            raise ValueError(f"REGISTRY's after=/before= make a cycle among {sorted(set(first) - set(placed))}")
+        placed.append(ready[0])
+    return {name: i for i, name in enumerate(placed)}
+
+
+def rank(name: str) -> int:
+    """Where patch ``name``'s fixes go in a chain they share with others' (lower: earlier),
+    from the declared order; a name not in REGISTRY (a test's) goes after them all."""
+    return _ranks().get(name, len(REGISTRY))
+
+
+def held() -> Dict[object, Tuple[str, ...]]:
+    """``{aten overload: the patches whose BackendSelect fixes hold it, in chain order}``,
+    read from every patch module's ``_select.Kernels`` tables (each module imported; its
+    third-party library is not), installed or not.  The dispatcher net's hooks hold the
+    same overloads as their patch's ``Kernels`` twin (used where the net holds none)."""
+    from . import _select
+    for patch in REGISTRY:
+        importlib.import_module(f"{__name__}.{patch.name}")
+    return _select.tables()
+
 
 _lock = threading.RLock()
 _installed: Dict[str, object] = {}          # name -> imported patch module

@@ -154,10 +154,10 @@ def _fix(kind, backward):
     return fix
 
 
-def kernels(kind: str) -> _select.Kernels:
-    """The BackendSelect kernels that compute ``upsample_{bilinear,nearest}2d`` (``kind``
-    ``"linear"`` or ``"nearest"``), its ``out=`` form and its backward with PyTorch's tables."""
+def kernels(kind: str, owner: str) -> _select.Kernels:
+    """The BackendSelect kernels, of patch ``owner``, that compute ``upsample_{bilinear,nearest}2d``
+    (``kind`` ``"linear"`` or ``"nearest"``), its ``out=`` form and its backward with PyTorch's tables."""
     name = "upsample_bilinear2d" if kind == "linear" else "upsample_nearest2d"
     forward, backward = getattr(_aten, name), getattr(_aten, name + "_backward")
-    return _select.Kernels({forward.default: _fix(kind, False), forward.out: _fix(kind, False),
+    return _select.Kernels(owner, {forward.default: _fix(kind, False), forward.out: _fix(kind, False),
                             backward.default: _fix(kind, True), backward.grad_input: _fix(kind, True)})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+import weakref
 from typing import Dict, Tuple
 
 import torch
@@ -114,11 +115,14 @@ def on_cpu_into_outs(op, keyset, args, kwargs) -> Done:
 
 # One BackendSelect kernel per overload, shared by every patch module that fixes it (the
 # ``refused`` retry and ``gather``'s strided fix both hold ``aten::gather``): a Library per
-# overload, destroyed when its last fix is uninstalled.  Fixes run in install order and the
-# first that answers (not None) wins, so a fix that always answers (``refused``'s retry)
-# belongs to a patch installed after those that pass (``patches.REGISTRY``'s order).  A
-# chain is a tuple, replaced whole on (un)install: a call reads it without a copy or a lock.
+# overload, destroyed when its last fix is uninstalled.  The first fix that answers (not
+# None) wins, so a chain runs in the order its patches declare (``patches.rank``: their
+# ``after=``/``before=``), whatever order they install in (lazily, on a device that appears
+# later, one reinstalled): a fix that always answers (``refused``'s retry) declares itself
+# after those that pass.  Sorted at (un)registration only: a chain is a tuple, replaced
+# whole, so a call reads it without a copy or a lock.
 _chains: Dict[torch._ops.OpOverload, Tuple[Fix, ...]] = {}
+_owners: Dict[torch._ops.OpOverload, Tuple[str, ...]] = {}  # the patch of each fix of _chains[op]
 _libraries: Dict[torch._ops.OpOverload, torch.library.Library] = {}
 # (its gate asked for at the backend key, its kernel fixes the shim's own calls too)
 _placed: Dict[torch._ops.OpOverload, Tuple[bool, bool]] = {}
@@ -164,15 +168,17 @@ def itself(op, keyset, *args, **kwargs):
         return op.redispatch(below(keyset), *args, **kwargs)
 
 
-def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "auto") -> bool:
-    """``table``'s fixes added to their overloads' chains, a BackendSelect kernel registered
-    for an overload that had none, behind the compiled gate where ``gate`` allows
+def register(table: Dict[torch._ops.OpOverload, Fix], target: str, gate: str = "auto", *,
+             owner: str = "") -> bool:
+    """``table``'s fixes, of patch ``owner``, put in their overloads' chains at the place the
+    patches declare (:func:`_in_order`), a BackendSelect kernel registered for an overload
+    that had none, behind the compiled gate where ``gate`` allows
     (``dispatcher.at_backend_select``; False: no dispatch key for ``target``)."""
     backend = backend_key(target)
     if backend is None:
         return False
     for op, fix in table.items():
-        _chains[op] = _chains.get(op, ()) + (fix,)
+        _owners[op], _chains[op] = _in_order(_owners.get(op, ()) + (owner,), _chains.get(op, ()) + (fix,))
         at_backend = all(_gate.acts_at_backend(f) for f in _chains[op])
         busy_too = any(_busy_too(f) for f in _chains[op])
         # new, or a fix that must see every call, or the shim's own calls, joined
@@ -193,18 +199,47 @@ def holds(op) -> bool:
     return op in _chains
 
 
-def unregister(table: Dict[torch._ops.OpOverload, Fix]) -> None:
-    """``table``'s fixes out of their chains; an overload left without one loses its kernel."""
+def unregister(table: Dict[torch._ops.OpOverload, Fix], *, owner: str = "") -> None:
+    """``table``'s fixes (of patch ``owner``) out of their chains; an overload left without
+    one loses its kernel."""
     for op, fix in table.items():
-        chain = list(_chains.get(op, ()))
-        if fix in chain:
-            chain.remove(fix)
-        if chain:
-            _chains[op] = tuple(chain)
+        entries = list(zip(_owners.get(op, ()), _chains.get(op, ())))
+        if (owner, fix) in entries:
+            entries.remove((owner, fix))
+        if entries:
+            _owners[op], _chains[op] = (tuple(e) for e in zip(*entries))
             _gate.set_watch(_gates.get(op), op, _chains[op])
             continue
         _chains.pop(op, None)
+        _owners.pop(op, None)
         _remove(op)
+
+
+def _in_order(owners: Tuple[str, ...], fixes: Tuple[Fix, ...]):
+    """``(owners, fixes)`` sorted by their patches' declared order (``patches.rank``); a
+    stable sort, so one patch's fixes keep the order they came in."""
+    from . import rank
+    entries = sorted(zip(owners, fixes), key=lambda e: rank(e[0]))
+    return tuple(o for o, _ in entries), tuple(f for _, f in entries)
+
+
+def chains() -> Dict[torch._ops.OpOverload, Tuple[str, ...]]:
+    """``{overload: its fixes' patches, in chain order}`` of the kernels registered now."""
+    return dict(_owners)
+
+
+def tables() -> Dict[torch._ops.OpOverload, Tuple[str, ...]]:
+    """``{overload: the patches whose Kernels hold it, in chain order}`` of every
+    :class:`Kernels` made so far, installed or not (``patches.held`` imports every patch
+    module first): each patch's overloads read from its tables, not from what a device's
+    probes switched on."""
+    held: Dict[torch._ops.OpOverload, Tuple[str, ...]] = {}
+    for kernels in list(_made):
+        for op in kernels.table:
+            if kernels.owner not in held.get(op, ()):
+                held[op] = held.get(op, ()) + (kernels.owner,)
+    from . import rank
+    return {op: tuple(sorted(owners, key=rank)) for op, owners in held.items()}
 
 
 def _remove(op) -> None:
@@ -218,26 +253,33 @@ def _remove(op) -> None:
         _torch_compat.destroy_library(library)
 
 
+_made: "weakref.WeakSet[Kernels]" = weakref.WeakSet()     # every Kernels, for tables()
+
+
 class Kernels:
     """``install(ctx)``/``uninstall()`` for a patch module made of BackendSelect fixes.
+    ``owner``: the patch they belong to, its module's ``__name__`` (``"dmlshim.patches.gather"``)
+    or its registry name, which places its fixes in each chain (``patches.rank``).
     ``while_busy``: they fix the shim's own device calls too (``fallback.busy()``: a fix's
     own ``cat`` or product), and stand aside only for probes; a chain holding such a fix
     runs whole then."""
 
-    def __init__(self, table: Dict[torch._ops.OpOverload, Fix], *, while_busy: bool = False):
+    def __init__(self, owner: str, table: Dict[torch._ops.OpOverload, Fix], *, while_busy: bool = False):
+        self.owner = owner.rpartition(".")[2]
         self.table = table
         self._installed = False
+        _made.add(self)
         for fix in table.values() if while_busy else ():
             fix.__dmlshim_while_busy__ = True
 
     def install(self, ctx) -> None:
         if not self._installed:
-            self._installed = register(self.table, ctx.target, ctx.gate)
+            self._installed = register(self.table, ctx.target, ctx.gate, owner=self.owner)
 
     def uninstall(self) -> None:
         if self._installed:
             self._installed = False
-            unregister(self.table)
+            unregister(self.table, owner=self.owner)
 
     def installed(self) -> bool:
         return self._installed

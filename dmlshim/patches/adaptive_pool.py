@@ -26,5 +26,5 @@ def _uneven(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs)
 
 
-_kernels = _select.Kernels({_aten._adaptive_avg_pool2d.default: _uneven})
+_kernels = _select.Kernels(__name__, {_aten._adaptive_avg_pool2d.default: _uneven})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -46,5 +46,5 @@ def _arange(op, keyset, args, kwargs):
     return Done(out, record=False)
 
 
-_kernels = _select.Kernels({op: _arange for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _arange for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -35,5 +35,5 @@ def _inside(op, keyset, args, kwargs):
     return Done(pooled.contiguous())
 
 
-_kernels = _select.Kernels({_aten.avg_pool2d.default: _inside})
+_kernels = _select.Kernels(__name__, {_aten.avg_pool2d.default: _inside})
 install, uninstall = _kernels.install, _kernels.uninstall

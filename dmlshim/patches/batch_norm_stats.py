@@ -38,6 +38,6 @@ def _gradients(op, keyset, args, kwargs):
                       for i, g in enumerate(grads)))
 
 
-_kernels = _select.Kernels({_aten.native_batch_norm.default: _saved,
+_kernels = _select.Kernels(__name__, {_aten.native_batch_norm.default: _saved,
                             _aten.native_batch_norm_backward.default: _gradients})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -50,5 +50,5 @@ def _masked(op, keyset, args, kwargs):
     return Done(result)
 
 
-_kernels = _select.Kernels({op: _masked for op in UPPER + LOWER})
+_kernels = _select.Kernels(__name__, {op: _masked for op in UPPER + LOWER})
 install, uninstall = _kernels.install, _kernels.uninstall

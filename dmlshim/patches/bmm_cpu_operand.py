@@ -29,5 +29,5 @@ def _refused(op, keyset, args, kwargs):
                        f"dmlshim: on DirectML this call would end the process)")
 
 
-_kernels = _select.Kernels({op: _refused for op in OVERLOADS})
+_kernels = _select.Kernels(__name__, {op: _refused for op in OVERLOADS})
 install, uninstall = _kernels.install, _kernels.uninstall

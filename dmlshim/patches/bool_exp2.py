@@ -24,5 +24,5 @@ def _cast(op, keyset, args, kwargs):
     return (args[0], args[1].to(torch.result_type(args[0], args[1]))) + tuple(args[2:]), kwargs
 
 
-_kernels = _select.Kernels({op: _cast for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _cast for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

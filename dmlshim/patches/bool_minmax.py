@@ -19,5 +19,5 @@ def _as_bool(op, keyset, args, kwargs):
     return Done(_select.itself(op, keyset, *args, **kwargs).to(torch.bool))    # no copy if bool
 
 
-_kernels = _select.Kernels({_aten.max.default: _as_bool, _aten.min.default: _as_bool})
+_kernels = _select.Kernels(__name__, {_aten.max.default: _as_bool, _aten.min.default: _as_bool})
 install, uninstall = _kernels.install, _kernels.uninstall

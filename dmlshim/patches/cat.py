@@ -88,5 +88,6 @@ def _drop_empty(op, keyset, args, kwargs):
 
 # cat.out too (stack(out=) reaches it); also while the shim does its own work
 # (fallback.busy()): its device concatenations are fixed too.
-_kernels = _select.Kernels({_aten.cat.default: _drop_empty, _aten.cat.out: _drop_empty}, while_busy=True)
+_kernels = _select.Kernels(__name__, {_aten.cat.default: _drop_empty, _aten.cat.out: _drop_empty},
+                           while_busy=True)
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -42,5 +42,5 @@ def _as_3d(op, keyset, args, kwargs):
     return Done(kwargs["out"])
 
 
-_kernels = _select.Kernels({op: _as_3d for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _as_3d for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -125,7 +125,7 @@ def _empty_on(target: str):
     return select
 
 
-_kernels = _select.Kernels({_aten.clone.default: _clone, _aten.empty_like.default: _empty_like})
+_kernels = _select.Kernels(__name__, {_aten.clone.default: _clone, _aten.empty_like.default: _empty_like})
 _patches = PatchSet(__name__)
 _hook = None
 
@@ -137,7 +137,7 @@ def install(ctx) -> None:
     global _hook
     _kernels.install(ctx)
     _hook = _to_copy_to(ctx.target)
-    dispatcher.add_hook("_to_copy", _hook)
+    dispatcher.add_hook("_to_copy", _hook, owner=__name__)
     # their selects want a memory_format= (no plain value): the front passes other device calls by
     _patches.intercept(ctx, torch, "empty", _empty, select=_empty_on(ctx.target), device=_gate.Watch())
     for name, handler in (("is_contiguous", _is_contiguous), ("contiguous", _contiguous)):

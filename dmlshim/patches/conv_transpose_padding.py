@@ -95,5 +95,5 @@ def _backward(op, keyset, args, kwargs):
     return Done((grad_input, grad_weight, grad_bias))
 
 
-_kernels = _select.Kernels({_aten.convolution.default: _forward, _aten.convolution_backward.default: _backward})
+_kernels = _select.Kernels(__name__, {_aten.convolution.default: _forward, _aten.convolution_backward.default: _backward})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -44,20 +44,34 @@ after_hooks: Dict[str, Tuple[Callable[[torch._ops.OpOverload, tuple, dict, objec
     "_to_copy": (), "index": (), "full": ()}
 
 
-def add_hook(base: str, fix, *, after: bool = False) -> None:
-    """``fix`` asked by the net's kernels of ``base`` (``"mul"``, ``"_to_copy"``), or told
-    their results (``after``); the gates of those kernels watch what it declares
-    (``_gate.watching``)."""
+_hook_owner: Dict[Callable, str] = {}      # each hook -> its patch's name (what orders it)
+
+
+def add_hook(base: str, fix, *, owner: str, after: bool = False) -> None:
+    """``fix``, of patch ``owner`` (a module ``__name__`` or registry name), asked by the
+    net's kernels of ``base`` (``"mul"``, ``"_to_copy"``), or told their results
+    (``after``); the gates of those kernels watch what it declares (``_gate.watching``).
+    The first hook that answers wins, so the hooks run in their patches' declared order
+    (``patches.rank``), whatever order they are added in; sorted here, not per call."""
+    from . import rank
     table = after_hooks if after else hooks
+    _hook_owner[fix] = owner.rpartition(".")[2]
     if fix not in table[base]:
-        table[base] += (fix,)
+        table[base] = tuple(sorted(table[base] + (fix,), key=lambda f: rank(_hook_owner[f])))
     _rewatch(base)
 
 
 def remove_hook(base: str, fix, *, after: bool = False) -> None:
     table = after_hooks if after else hooks
     table[base] = tuple(f for f in table[base] if f is not fix)
+    if not any(fix in fixes for t in (hooks, after_hooks) for fixes in t.values()):
+        _hook_owner.pop(fix, None)
     _rewatch(base)
+
+
+def hook_owners(base: str, *, after: bool = False) -> Tuple[str, ...]:
+    """The patches of ``base``'s hooks now, in the order the net's kernels ask them."""
+    return tuple(_hook_owner[f] for f in (after_hooks if after else hooks)[base])
 
 
 def _rewatch(base: str) -> None:
@@ -533,7 +547,7 @@ def install(ctx: Context) -> None:
     # the model's own device-to-host reads, counted for report() where the gate keeps CPU
     # calls free of Python: .cpu()/.to("cpu") (the _to_copy kernel's after-hook) and .item()
     if _gate.extension(ctx.gate) is not None:
-        add_hook("_to_copy", _read_by_model, after=True)
+        add_hook("_to_copy", _read_by_model, owner=__name__, after=True)
         scalar = _aten._local_scalar_dense.default
         _gates.append(at_backend_select(library, scalar, _scalar_read_kernel(scalar, backend),
                                         ctx.target, ctx.gate))

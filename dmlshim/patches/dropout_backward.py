@@ -21,5 +21,5 @@ def _grad_times_mask(op, keyset, args, kwargs):
     return Done(_aten.mul.Scalar(_aten.mul.Tensor(grad, mask.to(grad.dtype)), scale))
 
 
-_kernels = _select.Kernels({_aten.native_dropout_backward.default: _grad_times_mask})
+_kernels = _select.Kernels(__name__, {_aten.native_dropout_backward.default: _grad_times_mask})
 install, uninstall = _kernels.install, _kernels.uninstall

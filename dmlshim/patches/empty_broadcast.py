@@ -51,5 +51,5 @@ def _on_cpu_stand_ins(op, keyset, args, kwargs):
     return Done(torch.empty_strided(result.shape, result.stride(), dtype=result.dtype, device=device))
 
 
-_kernels = _select.Kernels({op: _on_cpu_stand_ins for op in BROADCAST_OPS})
+_kernels = _select.Kernels(__name__, {op: _on_cpu_stand_ins for op in BROADCAST_OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

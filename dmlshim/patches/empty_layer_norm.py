@@ -20,5 +20,5 @@ def _empty_input(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs)
 
 
-_kernels = _select.Kernels({_aten.native_layer_norm.default: _empty_input})
+_kernels = _select.Kernels(__name__, {_aten.native_layer_norm.default: _empty_input})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -26,5 +26,5 @@ def _empty_input(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs)
 
 
-_kernels = _select.Kernels({op: _empty_input for op in OVERLOADS})
+_kernels = _select.Kernels(__name__, {op: _empty_input for op in OVERLOADS})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -35,5 +35,5 @@ def _on_cpu(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs)
 
 
-_kernels = _select.Kernels({op: _on_cpu for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _on_cpu for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

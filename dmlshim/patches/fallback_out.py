@@ -18,5 +18,5 @@ from . import _select
 _aten = torch.ops.aten
 OPS = (_aten.eye.out, _aten.eye.m_out, _aten.kthvalue.values, _aten.median.dim_values,
        _aten.nanmedian.dim_values, _aten.linalg_lstsq.out, _aten._linalg_solve_ex.result)
-_kernels = _select.Kernels({op: _select.on_cpu_into_outs for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _select.on_cpu_into_outs for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

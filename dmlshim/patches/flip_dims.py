@@ -25,5 +25,5 @@ def _dims_from_zero(op, keyset, args, kwargs):
     return (self, [d % rank for d in dims], *args[2:]), kwargs
 
 
-_kernels = _select.Kernels({op: _dims_from_zero for op in OVERLOADS})
+_kernels = _select.Kernels(__name__, {op: _dims_from_zero for op in OVERLOADS})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -38,5 +38,5 @@ def _dim_from_zero(op, keyset, args, kwargs):
     return Done(_select.pass_on(op, keyset, (self, dim + rank, *args[2:]), kwargs, after=_dim_from_zero))
 
 
-_kernels = _select.Kernels({op: _dim_from_zero for op in OVERLOADS})
+_kernels = _select.Kernels(__name__, {op: _dim_from_zero for op in OVERLOADS})
 install, uninstall = _kernels.install, _kernels.uninstall

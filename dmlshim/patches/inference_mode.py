@@ -30,5 +30,5 @@ def _normal_view(op, keyset, args, kwargs):
 
 # torch-directml's own view kernels, read from its registrations (dml_ops.view_kernels;
 # the emulator's rule for #41 fails on the same list)
-_kernels = _select.Kernels({aten_op(name): _normal_view for name in view_kernels()})
+_kernels = _select.Kernels(__name__, {aten_op(name): _normal_view for name in view_kernels()})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -24,5 +24,5 @@ def _truncated(op, keyset, args, kwargs):
     return args, {**kwargs, "alpha": int(alpha), "beta": int(beta)}
 
 
-_kernels = _select.Kernels({op: _truncated for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _truncated for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

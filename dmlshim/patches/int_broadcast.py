@@ -40,5 +40,5 @@ def _same_rank(op, keyset, args, kwargs):
     return leading_ones(a, b) + tuple(args[2:]), kwargs
 
 
-_kernels = _select.Kernels({op: _same_rank for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _same_rank for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

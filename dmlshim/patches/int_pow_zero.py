@@ -30,5 +30,5 @@ def _zeroed(op, keyset, args, kwargs):
     return Done(result.masked_fill_(mask, 0))
 
 
-_kernels = _select.Kernels({op: _zeroed for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _zeroed for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -711,7 +711,7 @@ def _int64_on(target: str):
     return _on(target, lambda dtype: dtype == torch.int64)
 
 
-_kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + PUT},
+_kernels = _select.Kernels(__name__, {**{op: _guarded for op in RULES if op not in MUL + PUT},
                            **{op: _guarded for op in MUL if op is not _aten.mul.out},
                            _aten.cat.default: _concatenated,
                            **{op: _indices for op in _INDICES},
@@ -719,12 +719,12 @@ _kernels = _select.Kernels({**{op: _guarded for op in RULES if op not in MUL + P
                            **{op: _spanned for op in integers.SPANS},
                            **{op: _summed for op in _SUMS},
                            **{op: _masked_filled for op in _MASKED_FILLS}})
-_index_kernel = _select.Kernels({_INDEX: _within_source})
+_index_kernel = _select.Kernels(__name__, {_INDEX: _within_source})
 # mul.out only where mul's fix holds it: the real binary's mul.Tensor reaches its mul.out, and
 # a Python kernel there alone would change what float x bool gives (a float out for bool)
-_mul_out_kernel = _select.Kernels({_aten.mul.out: _guarded})
+_mul_out_kernel = _select.Kernels(__name__, {_aten.mul.out: _guarded})
 # _index_put_impl_'s: through the dispatcher net's kernel where it holds one
-_put_kernels = _select.Kernels({op: _guarded for op in PUT})
+_put_kernels = _select.Kernels(__name__, {op: _guarded for op in PUT})
 _patches = PatchSet(__name__)
 
 
@@ -744,12 +744,12 @@ def install(ctx) -> None:
         _patches.intercept(ctx, owner, name, handler, select=select(ctx.target), device=_INTEGRAL)
     for name, handler in _IN_PLACE.items():
         _patches.intercept(ctx, torch.Tensor, name, handler, select=_integer_on(ctx.target), device=_INTEGRAL)
-    dispatcher.add_hook("_index_put_impl_", net_fix)
+    dispatcher.add_hook("_index_put_impl_", net_fix, owner=__name__)
     if not all(dispatcher.holds(op) for op in PUT):
         _put_kernels.install(ctx)
-    dispatcher.add_hook("_to_copy", _copied_over, after=True)
-    dispatcher.add_hook("index", _indexed, after=True)
-    dispatcher.add_hook("full", _full, after=True)
+    dispatcher.add_hook("_to_copy", _copied_over, after=True, owner=__name__)
+    dispatcher.add_hook("index", _indexed, after=True, owner=__name__)
+    dispatcher.add_hook("full", _full, after=True, owner=__name__)
     if not dispatcher.holds(_INDEX):
         _index_kernel.install(ctx)
     if _select.holds(_aten.mul.out):

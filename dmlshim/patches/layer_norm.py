@@ -23,6 +23,6 @@ def _contiguous(*positions):
     return fix
 
 
-_kernels = _select.Kernels({_aten.native_layer_norm.default: _contiguous(0),
+_kernels = _select.Kernels(__name__, {_aten.native_layer_norm.default: _contiguous(0),
                             _aten.native_layer_norm_backward.default: _contiguous(0, 1)})
 install, uninstall = _kernels.install, _kernels.uninstall

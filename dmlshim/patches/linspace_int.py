@@ -24,5 +24,5 @@ def _integral_out(op, keyset, args, kwargs):
     return _select.on_cpu_into_outs(op, keyset, args, kwargs)
 
 
-_kernels = _select.Kernels({op: _integral_out for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _integral_out for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

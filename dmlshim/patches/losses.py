@@ -19,6 +19,6 @@ def _reduction_none(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs) if args[4] == _NONE else None
 
 
-_kernels = _select.Kernels({_aten.nll_loss_backward.default: _reduction_none,
+_kernels = _select.Kernels(__name__, {_aten.nll_loss_backward.default: _reduction_none,
                             _aten.nll_loss_backward.grad_input: _reduction_none})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -39,5 +39,5 @@ def _flattened(op, keyset, args, kwargs):
     return Done(self)
 
 
-_kernels = _select.Kernels({_aten.masked_fill_.Scalar: _flattened, _aten.masked_fill_.Tensor: _flattened})
+_kernels = _select.Kernels(__name__, {_aten.masked_fill_.Scalar: _flattened, _aten.masked_fill_.Tensor: _flattened})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -29,5 +29,5 @@ def _input_broadcasts(op, keyset, args, kwargs):
     return (self.expand(shape).contiguous(), mask.expand(shape)) + tuple(args[2:]), kwargs
 
 
-_kernels = _select.Kernels({_aten.masked_select.default: _input_broadcasts})
+_kernels = _select.Kernels(__name__, {_aten.masked_select.default: _input_broadcasts})
 install, uninstall = _kernels.install, _kernels.uninstall

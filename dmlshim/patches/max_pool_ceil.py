@@ -25,6 +25,6 @@ def _ceil_mode(at: int):
 
 # max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode);
 # its backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
-_kernels = _select.Kernels({_aten.max_pool2d_with_indices.default: _ceil_mode(5),
+_kernels = _select.Kernels(__name__, {_aten.max_pool2d_with_indices.default: _ceil_mode(5),
                             _aten.max_pool2d_with_indices_backward.default: _ceil_mode(6)})
 install, uninstall = _kernels.install, _kernels.uninstall

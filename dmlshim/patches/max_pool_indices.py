@@ -45,5 +45,5 @@ def _per_plane(op, keyset, args, kwargs):
     return Done((values, fixed))
 
 
-_kernels = _select.Kernels({_aten.max_pool2d_with_indices.default: _per_plane})
+_kernels = _select.Kernels(__name__, {_aten.max_pool2d_with_indices.default: _per_plane})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -33,6 +33,6 @@ def _backward(op, keyset, args, kwargs):
     return Done(op(*batched, **kwargs).squeeze(0))
 
 
-_kernels = _select.Kernels({_aten.max_pool2d_with_indices.default: _forward,
+_kernels = _select.Kernels(__name__, {_aten.max_pool2d_with_indices.default: _forward,
                             _aten.max_pool2d_with_indices_backward.default: _backward})
 install, uninstall = _kernels.install, _kernels.uninstall

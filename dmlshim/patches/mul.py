@@ -89,7 +89,7 @@ def _empty_inplace(op, args, kwargs):
 
 
 # Also while the shim does its own work (fallback.busy()): its device products are fixed too.
-_kernels = _select.Kernels({_aten.mul.Tensor: _bool_operand(inplace=False),
+_kernels = _select.Kernels(__name__, {_aten.mul.Tensor: _bool_operand(inplace=False),
                             _aten.mul_.Tensor: _bool_operand(inplace=True),
                             _aten.mul.out: _bool_operand(inplace=False)}, while_busy=True)
 install, uninstall = _kernels.install, _kernels.uninstall

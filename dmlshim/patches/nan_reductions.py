@@ -72,5 +72,5 @@ def _nan_back(op, keyset, self, dims, keepdim, result):
     return torch.where(found, _NAN, values), torch.where(found, first, indices)
 
 
-_kernels = _select.Kernels({op: _with_nan for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _with_nan for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -121,5 +121,5 @@ def _log_softmax(op, keyset, args, kwargs):
         return Done(torch.where(kept(result, dim), result, _NAN))
 
 
-_kernels = _select.Kernels({**{op: _ordered for op in ORDERED}, **{op: _log_softmax for op in LOG_SOFTMAX}})
+_kernels = _select.Kernels(__name__, {**{op: _ordered for op in ORDERED}, **{op: _log_softmax for op in LOG_SOFTMAX}})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -153,5 +153,5 @@ def _view_of(anchor, keyset, size, stride, offset) -> torch.Tensor:
 
 
 # every view kernel snapshots an offset view (as_strided and the splits among them)
-_kernels = _select.Kernels({aten_op(name): _rebuilt for name in view_kernels()})
+_kernels = _select.Kernels(__name__, {aten_op(name): _rebuilt for name in view_kernels()})
 install, uninstall = _kernels.install, _kernels.uninstall

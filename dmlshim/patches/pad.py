@@ -23,7 +23,7 @@ def _pairs_differ(op, keyset, args, kwargs):
     return None
 
 
-_kernels = _select.Kernels({op: _pairs_differ for op in (
+_kernels = _select.Kernels(__name__, {op: _pairs_differ for op in (
     _aten.reflection_pad2d.default, _aten.reflection_pad2d.out,
     _aten.reflection_pad2d_backward.default, _aten.reflection_pad2d_backward.grad_input)})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -73,7 +73,7 @@ def _mixed_signs(op, keyset, args, kwargs):
     return Done(_select.pass_on(op, keyset, *fixed, after=_mixed_signs))
 
 
-_kernels = _select.Kernels({_aten.replication_pad1d.default: _negative_begin,
+_kernels = _select.Kernels(__name__, {_aten.replication_pad1d.default: _negative_begin,
                             _aten.replication_pad2d.default: _negative_begin,
                             _aten.constant_pad_nd.default: _mixed_signs})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -23,5 +23,5 @@ def _batched(op, keyset, args, kwargs):
     return Done(op(args[0].unsqueeze(0), *args[1:], **kwargs).squeeze(0))
 
 
-_kernels = _select.Kernels({_aten.reflection_pad2d.default: _batched})
+_kernels = _select.Kernels(__name__, {_aten.reflection_pad2d.default: _batched})
 install, uninstall = _kernels.install, _kernels.uninstall

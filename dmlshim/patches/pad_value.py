@@ -37,5 +37,5 @@ def _value_kept(op, keyset, args, kwargs):
     return Done(result)
 
 
-_kernels = _select.Kernels({_aten.constant_pad_nd.default: _value_kept})
+_kernels = _select.Kernels(__name__, {_aten.constant_pad_nd.default: _value_kept})
 install, uninstall = _kernels.install, _kernels.uninstall

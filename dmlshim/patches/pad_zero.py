@@ -23,5 +23,5 @@ def _nothing_to_pad(op, keyset, args, kwargs):
     return Done(args[0].clone())
 
 
-_kernels = _select.Kernels({_aten.constant_pad_nd.default: _nothing_to_pad})
+_kernels = _select.Kernels(__name__, {_aten.constant_pad_nd.default: _nothing_to_pad})
 install, uninstall = _kernels.install, _kernels.uninstall

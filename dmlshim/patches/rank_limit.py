@@ -189,7 +189,7 @@ _TABLE = {**{op: _reduced for op in ranks.REDUCTIONS}, **{op: _along for op in r
           **{op: _where for op in ranks.WHERE}, **{op: _layer_norm for op in ranks.LAYER_NORM},
           **{op: _expanded for op in ranks.BINARY},
           **{op: _on_cpu for op in ranks.ON_CPU + ranks.IN_PLACE_ON_CPU + ranks.PAD}}
-_kernels = _select.Kernels(_TABLE)
+_kernels = _select.Kernels(__name__, _TABLE)
 
 
 def _copy(func, args, kwargs):

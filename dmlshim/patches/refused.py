@@ -76,6 +76,9 @@ def fix_name(group: str) -> str:
     return "refused:" + group
 
 
+# made here, not at install: _select.tables() lists every group's overloads, on or off
+_by_group = {group: _select.Kernels(__name__, {op: _FIX.get(group, _retry) for op in ops})
+             for group, ops in GROUPS.items()}
 _kernels: List[_select.Kernels] = []
 _groups: List[str] = []
 
@@ -84,9 +87,8 @@ def install(ctx) -> None:
     """A BackendSelect kernel per overload of each group whose defect is on."""
     if _kernels:
         return
-    for group, ops in GROUPS.items():
+    for group, kernels in _by_group.items():
         if ctx.enabled(fix_name(group)):
-            kernels = _select.Kernels({op: _FIX.get(group, _retry) for op in ops})
             kernels.install(ctx)
             _kernels.append(kernels)
             _groups.append(group)

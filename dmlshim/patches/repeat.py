@@ -47,5 +47,5 @@ def _over_four(op, keyset, args, kwargs):
     return Done(by_cat(x, repeats))
 
 
-_kernels = _select.Kernels({_aten.repeat.default: _over_four})
+_kernels = _select.Kernels(__name__, {_aten.repeat.default: _over_four})
 install, uninstall = _kernels.install, _kernels.uninstall

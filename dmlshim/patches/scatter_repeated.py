@@ -81,5 +81,5 @@ def _summed(op, keyset, args, kwargs):
     return Done(fallback.write_out(kwargs["out"], result) if op in OUT else result)
 
 
-_kernels = _select.Kernels({op: _summed for op in FUNCTIONAL + IN_PLACE + OUT})
+_kernels = _select.Kernels(__name__, {op: _summed for op in FUNCTIONAL + IN_PLACE + OUT})
 install, uninstall = _kernels.install, _kernels.uninstall

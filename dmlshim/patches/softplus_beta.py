@@ -40,5 +40,5 @@ def _backward(op, keyset, args, kwargs):
     return Done(value.to(args[0].dtype))
 
 
-_kernels = _select.Kernels({_aten.softplus.default: _forward, _aten.softplus_backward.default: _backward})
+_kernels = _select.Kernels(__name__, {_aten.softplus.default: _forward, _aten.softplus_backward.default: _backward})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -24,5 +24,5 @@ def _scalar_or_empty(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs)
 
 
-_kernels = _select.Kernels({op: _scalar_or_empty for op in OVERLOADS})
+_kernels = _select.Kernels(__name__, {op: _scalar_or_empty for op in OVERLOADS})
 install, uninstall = _kernels.install, _kernels.uninstall

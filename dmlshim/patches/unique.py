@@ -17,5 +17,5 @@ def _counts(op, keyset, args, kwargs):
     return _select.on_cpu(op, args, kwargs) if counts else None
 
 
-_kernels = _select.Kernels({torch.ops.aten._unique2.default: _counts})
+_kernels = _select.Kernels(__name__, {torch.ops.aten._unique2.default: _counts})
 install, uninstall = _kernels.install, _kernels.uninstall

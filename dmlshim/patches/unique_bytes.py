@@ -30,5 +30,5 @@ def _flat_wide(op, keyset, args, kwargs):
     return Done((values.to(x.dtype), inverse.reshape(x.shape) if return_inverse else inverse, counts))
 
 
-_kernels = _select.Kernels({op: _flat_wide for op in OPS})
+_kernels = _select.Kernels(__name__, {op: _flat_wide for op in OPS})
 install, uninstall = _kernels.install, _kernels.uninstall

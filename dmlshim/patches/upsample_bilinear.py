@@ -11,5 +11,5 @@ from __future__ import annotations
 
 from . import _resample
 
-_kernels = _resample.kernels("linear")
+_kernels = _resample.kernels("linear", __name__)
 install, uninstall = _kernels.install, _kernels.uninstall

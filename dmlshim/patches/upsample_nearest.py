@@ -12,5 +12,5 @@ from __future__ import annotations
 
 from . import _resample
 
-_kernels = _resample.kernels("nearest")
+_kernels = _resample.kernels("nearest", __name__)
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -44,6 +44,6 @@ def _through_functional(op, keyset, args, kwargs):
     return Done(fallback.write_out(out, _aten.var.correction(*args, **kwargs)))
 
 
-_kernels = _select.Kernels({**{op: _every_dim for op in OPS},
+_kernels = _select.Kernels(__name__, {**{op: _every_dim for op in OPS},
                             _aten.var.correction_out: _through_functional})
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -71,5 +71,5 @@ def _functional(op, keyset, args, kwargs):
     return Done(OUT[op](self, ord, dim, keepdim, **extra, out=out))
 
 
-_kernels = _select.Kernels({**{op: _into_out for op in OUT.values()}, **{op: _functional for op in OUT}})
+_kernels = _select.Kernels(__name__, {**{op: _into_out for op in OUT.values()}, **{op: _functional for op in OUT}})
 install, uninstall = _kernels.install, _kernels.uninstall
