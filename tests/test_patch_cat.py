@@ -72,16 +72,15 @@ def test_bad_input_raises_what_cpu_raises(shim, dml_device):
         torch.cat([torch.zeros(2, 3).to(dml_device), torch.zeros(0, 4).to(dml_device), torch.zeros(2, 4).to(dml_device)])
 
 
-def test_out_argument_stays_on_the_device(shim, dml_device, assert_parity):
+def test_out_argument_is_retried_on_the_cpu(default_shim, dml_device, assert_parity):
+    """cat.out is not held (the real binary's cat reaches it with an empty out: the gate would
+    send every device cat to Python): auto's CPU retry writes ``out``."""
     x = torch.randn(2, 3)
     out = torch.empty(0).to(dml_device)
-    result = torch.cat([x.to(dml_device), torch.zeros(0, 3).to(dml_device)], out=out)
+    with pytest.warns(UserWarning):                 # auto's DirectMLFallbackWarning
+        result = torch.cat([x.to(dml_device), torch.zeros(0, 3).to(dml_device)], out=out)
     assert result is out and out.device == dml_device
     assert_parity(out.cpu(), x)
-    # out_resize gives out the CPU's shape (#65), then the cat patch drops the empty input
-    assert _row("torch.cat")["actions"] == {"resized": 1}
-    row = _row("aten::cat.out")
-    assert row["actions"] == {"coerce": 1} and row["h2d"] == row["d2h"] == 0
 
 
 def test_autograd_through_cat(shim, dml_device, assert_parity):

@@ -13,9 +13,9 @@ inputs, cast to the promoted dtype, are concatenated on the device, and an empty
 result is allocated on the device.  (The ``meta`` device would do the same, but its
 first use imports 800 modules in 2.8 s and each call costs 130 us.)  Inputs the CPU
 would refuse run on the CPU, which raises its own error.  One BackendSelect fix
-(``_select``) of ``cat`` and ``cat.out``: ``stack``, ``concat`` and C++ composites
-(``torch.combinations``) reach them; below autograd, so an empty input's gradient is
-autograd's own (an empty one).
+(``_select``) of ``cat``: ``stack``, ``concat`` and C++ composites (``torch.combinations``)
+reach it; below autograd, so an empty input's gradient is autograd's own (an empty one).
+``out=`` (``cat.out``) is not held: ``auto`` retries such a call on the CPU.
 """
 from __future__ import annotations
 
@@ -76,18 +76,15 @@ def _drop_empty(op, keyset, args, kwargs):
     if keep is None:
         return _select.on_cpu(op, args, kwargs)        # raises the CPU's own error
     if isinstance(keep, torch.Tensor):
-        out = kwargs.get("out")
-        if out is None:
-            return _select.Done(keep)
-        _select.grow_out(out, keep)
-        return _select.Done(out)
+        return _select.Done(keep)
     # made again from the top: the gate and the rest of the chain see it as any other
     # (rank_limit's past 5 dimensions, int_range's spans)
     return _select.Done(trace.region(False, op, keep, dim, **kwargs))
 
 
-# cat.out too (stack(out=) reaches it); also while the shim does its own work
-# (fallback.busy()): its device concatenations are fixed too.
-_kernels = _select.Kernels(__name__, {_aten.cat.default: _drop_empty, _aten.cat.out: _drop_empty},
-                           while_busy=True)
+# Not cat.out: the real binary's cat reaches its cat.out with an empty out tensor, which the
+# compiled gate's empty watch would send to Python on every device cat (measured:
+# tests/test_gate.py); a call with out= and an empty input is auto's CPU retry.  Also while
+# the shim does its own work (fallback.busy()): its device concatenations are fixed too.
+_kernels = _select.Kernels(__name__, {_aten.cat.default: _drop_empty}, while_busy=True)
 install, uninstall = _kernels.install, _kernels.uninstall
