@@ -337,18 +337,22 @@ REGISTRY: Tuple[Patch, ...] = (
 
 
 
+# The order's source, kept whole: a test that installs fewer patches narrows REGISTRY only.
+_DECLARED = REGISTRY
+
+
 @functools.lru_cache(maxsize=None)
 def _ranks() -> Dict[str, int]:
     """Each patch's place in a topological order of REGISTRY's ``after=``/``before=``, ties
     broken by registry position (so it is the registry's own order while that keeps every
     declaration, as tests/test_activate.py checks)."""
-    first: Dict[str, set] = {p.name: set(p.after) for p in REGISTRY}     # name -> who goes before it
-    for patch in REGISTRY:
+    first: Dict[str, set] = {p.name: set(p.after) for p in _DECLARED}    # name -> who goes before it
+    for patch in _DECLARED:
         for later in patch.before:
             first[later].add(patch.name)
     placed: List[str] = []
-    while len(placed) < len(REGISTRY):
-        ready = [p.name for p in REGISTRY if p.name not in placed and first[p.name] <= set(placed)]
+    while len(placed) < len(_DECLARED):
+        ready = [p.name for p in _DECLARED if p.name not in placed and first[p.name] <= set(placed)]
         if not ready:
             raise ValueError(f"REGISTRY's after=/before= make a cycle among {sorted(set(first) - set(placed))}")
         placed.append(ready[0])
@@ -358,7 +362,7 @@ def _ranks() -> Dict[str, int]:
 def rank(name: str) -> int:
     """Where patch ``name``'s fixes go in a chain they share with others' (lower: earlier),
     from the declared order; a name not in REGISTRY (a test's) goes after them all."""
-    return _ranks().get(name, len(REGISTRY))
+    return _ranks().get(name, len(_DECLARED))
 
 
 def held() -> Dict[object, Tuple[str, ...]]:
