@@ -150,6 +150,7 @@ def fake_library(tmp_path, monkeypatch):
     patch_module.install = install
     patch_module.uninstall = patch_set.restore
     monkeypatch.setitem(sys.modules, patch_module.__name__, patch_module)
+    monkeypatch.setitem(patches.MODULES, name, patch_module)
     monkeypatch.setattr(patches, "REGISTRY",
                         patches.REGISTRY + (patches.Patch(name, "test library", imports=(name,)),))
     yield name, patch_module

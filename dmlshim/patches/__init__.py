@@ -19,7 +19,6 @@ raw wrapt wrapper; owners may be module names, wrapped lazily), then append
 from __future__ import annotations
 
 import functools
-import importlib
 import threading
 import warnings
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Callable, Dict, List, Tuple
 
 from ..config import FALLBACK_MODES
 from ._wrap import Context, PatchSet, original, when_imported  # noqa: F401  (the helper API)
-from . import _caller, auto  # noqa: F401  auto hands its guard to _wrap (provide_guard)
+from . import _caller  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -337,6 +336,23 @@ REGISTRY: Tuple[Patch, ...] = (
 
 
 
+# Every patch module, imported here: REGISTRY's names lead a reader (and tests/test_layers.py)
+# to each fix; none imports its third-party library at its top level.
+from . import (  # noqa: E402
+    adaptive_pool, arange_float32, auto, autocast, avg_pool_ceil, basicsr, batch_norm_stats,
+    batched_tril_triu, bmm_cpu_operand, bool_exp2, bool_minmax, broadcast_copy, cat, cdist,
+    channels_last, combinations, conv_transpose_padding, copy_to_cpu, dispatcher,
+    dropout_backward, dtypes, empty_broadcast, empty_layer_norm, empty_reduction, empty_unary,
+    facexlib, fallback_out, flip_dims, funasr, gather, gfpgan, inference_mode, int_addmm,
+    int_broadcast, int_pow_zero, int_range, jit, layer_norm, lazy_modules, legacy_new,
+    linspace_int, load, losses, masked_fill_rank, masked_select, max_pool_ceil,
+    max_pool_indices, max_pool_unbatched, mul, nan_reductions, nan_sort, offset_views,
+    out_resize, pad, pad_negative, pad_unbatched, pad_value, pad_zero, prelu, rank_limit,
+    refused, repeat, rnn, scatter_repeated, softplus_beta, sort_scalar, unique, unique_bytes,
+    upsample_bilinear, upsample_nearest, var_correction, vector_norm)
+
+MODULES: Dict[str, object] = {p.name: globals()[p.name] for p in REGISTRY}   # name -> module
+
 # The order's source, kept whole: a test that installs fewer patches narrows REGISTRY only.
 _DECLARED = REGISTRY
 
@@ -371,8 +387,6 @@ def held() -> Dict[object, Tuple[str, ...]]:
     third-party library is not), installed or not.  The dispatcher net's hooks hold the
     same overloads as their patch's ``Kernels`` twin (used where the net holds none)."""
     from . import _select
-    for patch in REGISTRY:
-        importlib.import_module(f"{__name__}.{patch.name}")
     return _select.tables()
 
 
@@ -385,7 +399,7 @@ def _install(patch: Patch, ctx: Context) -> None:
     with _lock:
         if patch.name in _installed or not ctx.active:
             return
-        module = importlib.import_module(f"{__name__}.{patch.name}")
+        module = MODULES[patch.name]
         module.install(ctx)
         _installed[patch.name] = module
 
