@@ -6,7 +6,8 @@ results back to the first target-device argument's device, mutated (in-place, ``
 arguments written back, CPU-only outputs (``CPU_OUTPUTS``) kept on the CPU, dtypes kept
 (``dtype_map``), and views of a temporary copy refused with a clear error.  Copies are
 differentiable, so autograd flows back to device tensors.  All of it runs under
-``guard()``, so the shim's own calls are never intercepted again.
+``guard()``, so the shim's own calls are never intercepted again.  ``copy_all`` makes such
+copies for a caller that knows its arguments (the ``rnn`` patch) in one Python call.
 
 Details: docs/internals.md ("The CPU fallback engine")."""
 from __future__ import annotations
@@ -86,6 +87,70 @@ def _device_in(obj: Any, target: Optional[str]) -> Optional[torch.device]:
         if device is not None:
             return device
     return None
+
+
+# ``copy_all``'s key sets: the functionality keys a copy may meet and still skip the
+# BackendSelect kernels (dense backends, autograd, and the keys a ``_to_copy`` falls
+# through: ADInplaceOrView, autocast), and those it drops before the redispatch
+_KS, _DK = torch._C.DispatchKeySet, torch._C.DispatchKey
+_DROP = _KS(_DK.BackendSelect) | _KS(_DK.ADInplaceOrView)
+for _name in dir(_DK):
+    if _name.startswith("Autocast"):
+        try:
+            _DROP = _DROP | _KS(getattr(_DK, _name))
+        except (RuntimeError, TypeError):         # a name some torch has only as an alias
+            pass
+del _name
+_PLAIN = _DROP | _KS(_DK.CPU) | _KS(_DK.AutogradCPU)
+_UNDEFINED = _DK.Undefined
+_to_copy = torch.ops.aten._to_copy.default
+_redispatch = _to_copy._handle.redispatch_boxed
+_tensor_keys = torch._C._dispatch_keys
+_tls_include, _tls_exclude = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
+
+
+@functools.lru_cache(maxsize=None)
+def _route(source: str, target: str):
+    """The key set a copy from device type ``source`` to ``target`` adds (the destination's
+    backend key, as torch's BackendSelect kernel of ``_to_copy`` adds it), or None where
+    :func:`copy_all` takes ``.to()``: a device torch has no key for, or a kernel of
+    ``_to_copy`` at either backend's Autograd key (only torch's own is passed through)."""
+    try:
+        keys = [torch._C._dispatch_key_for_device(t) for t in (source, target)]
+    except RuntimeError:
+        return None
+    if any(torch._C._dispatch_has_kernel_for_dispatch_key(_to_copy.name(), "Autograd" + k) for k in keys):
+        return None
+    return _KS(getattr(_DK, keys[1]))
+
+
+def copy_all(tensors: list, device: torch.device) -> int:
+    """Each tensor of ``tensors`` (replaced in the list) copied to ``device`` as ``t.to(device)``
+    under :func:`guard` copies it, in one Python call for them all; returns the bytes copied.
+
+    Under ``guard()`` dmlshim's ``Tensor.to`` wrapper and its ``_to_copy`` kernel at
+    BackendSelect pass a copy through unchanged, with the destination's key added: here the
+    key is added and ``_to_copy`` redispatched past BackendSelect at once, with the key set
+    the dispatcher would compute (the tensor's keys and this thread's included and excluded
+    ones), so autograd (``ToCopyBackward0``), ``no_grad`` and ``inference_mode`` are as with
+    ``.to()``.  A tensor with other keys (a subclass, a dispatch mode, a conjugate view, a
+    functorch transform) is copied by ``.to()`` itself."""
+    include, exclude = _tls_include(), _tls_exclude()
+    moved = 0
+    for i, t in enumerate(tensors):
+        route = _route(t.device.type, device.type)
+        keys = (_tensor_keys(t) | include) - exclude
+        if route is not None and (keys - _PLAIN).highestPriorityTypeId() == _UNDEFINED:
+            tensors[i] = _redispatch((keys | route) - _DROP, t, dtype=t.dtype, device=device)
+        else:
+            token = _busy.set(True)
+            try:
+                tensors[i] = t.to(device)
+            finally:
+                _busy.reset(token)
+        moved += t.numel() * t.element_size()
+    return moved
+
 
 
 def _resize(t: torch.Tensor, shape, stride=None) -> None:

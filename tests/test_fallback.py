@@ -125,3 +125,74 @@ def test_inplace_and_out_write_back_in_inference_mode(dml_device, counted, infer
     assert got is xd
     assert_parity(xd.cpu(), x + 1.0)
     assert_parity(out.cpu(), (x + 1.0) * 2.0)
+
+
+def test_copy_all_copies_as_to_does(shim, dml_device, assert_same):
+    """``copy_all``: each tensor copied as ``.to(device)`` copies it (values, dtype, bytes),
+    and autograd records the copies both ways."""
+    x, h = torch.randn(3, 4), torch.randn(2).half()
+    leaf = x.clone().requires_grad_()
+    moved = [leaf.to(dml_device), h.to(dml_device)]
+    assert fallback.copy_all(moved, torch.device("cpu")) == 12 * 4 + 2 * 2
+    assert [t.device.type for t in moved] == ["cpu", "cpu"]
+    assert_same(moved[0].detach(), x)
+    assert_same(moved[1], h)
+    back = [moved[0] * 2]
+    assert fallback.copy_all(back, dml_device) == 12 * 4
+    assert back[0].device == dml_device and back[0].requires_grad
+    back[0].sum().backward()
+    assert_same(leaf.grad, torch.full((3, 4), 2.0))
+
+
+def test_copy_all_in_no_grad_and_inference_mode(shim, dml_device):
+    xd = torch.randn(3, requires_grad=True).to(dml_device)
+    with torch.no_grad():
+        moved = [xd]
+        fallback.copy_all(moved, torch.device("cpu"))
+    assert moved[0].is_cpu and not moved[0].requires_grad
+    with torch.inference_mode():
+        moved = [xd]
+        fallback.copy_all(moved, torch.device("cpu"))
+    assert moved[0].is_cpu and moved[0].is_inference()
+
+
+def test_copy_all_under_a_dispatch_mode_goes_through_it(shim, dml_device):
+    """A thread with a dispatch mode (or a tensor with keys of its own) gets ``.to()``: the
+    mode sees the copy."""
+    xd = torch.randn(3).to(dml_device)
+    with trace.counting() as ops:
+        moved = [xd]
+        fallback.copy_all(moved, torch.device("cpu"))
+    assert moved[0].is_cpu and ops.device == 1
+
+
+@pytest.mark.emulated_only(reason="counts the emulated device's path: its kernels are left out of the count")
+def test_copy_all_runs_no_other_python_of_dmlshim(shim, dml_device):
+    """The copies skip ``Tensor.to``'s wrapper and the ``_to_copy`` kernel at BackendSelect
+    (which pass the shim's copies by): one Python call of dmlshim for them all."""
+    import os
+    import sys
+    root = os.path.dirname(dmlshim.__file__)
+    emulator = os.path.join(root, "emulation")
+    tensors = [torch.randn(2, 3).to(dml_device) for _ in range(3)]
+    calls = []
+
+    def profile(frame, event, arg):
+        f = frame
+        while event == "call" and f is not None:
+            if f.f_code.co_filename.startswith(emulator):
+                return
+            f = f.f_back
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            calls.append(frame.f_code.co_name)
+
+    fallback.copy_all(list(tensors), torch.device("cpu"))          # warm-up
+    sys.setprofile(profile)
+    try:
+        moved = list(tensors)
+        fallback.copy_all(moved, torch.device("cpu"))
+        fallback.copy_all(moved, dml_device)
+    finally:
+        sys.setprofile(None)
+    assert calls == ["copy_all", "copy_all"]
+    assert all(t.device == dml_device for t in moved)

@@ -144,6 +144,29 @@ def test_autograd_and_training_steps_equal_cpu(shim, dml_device, kind, assert_pa
         assert_parity(pd.detach().cpu(), pc.detach())
 
 
+@pytest.mark.parametrize("kind", [torch.nn.LSTM, torch.nn.LSTMCell])
+def test_frozen_and_shared_weights_get_the_cpu_gradients(shim, dml_device, kind, assert_parity):
+    """The weights' cached copies go through one autograd node per call: a frozen weight gets
+    no gradient, the others the CPU's; a device tensor passed twice (h as h0 and c0) gets
+    the sum of both."""
+    torch.manual_seed(0)
+    cpu, dev = _pair(kind(4, 4), dml_device)
+    for m in (cpu, dev):
+        m.weight_ih_l0.requires_grad_(False) if kind is torch.nn.LSTM else m.weight_ih.requires_grad_(False)
+    x = torch.randn(3, 2, 4) if kind is torch.nn.LSTM else torch.randn(2, 4)
+    h = torch.randn(1, 2, 4) if kind is torch.nn.LSTM else torch.randn(2, 4)
+    hc, hd = h.clone().requires_grad_(), h.to(dml_device).requires_grad_()
+    out_c = cpu(x, (hc, hc))
+    out_d = dev(x.to(dml_device), (hd, hd))
+    for out in (out_c, out_d):
+        (out[0].square().sum() + (out[1][1] if kind is torch.nn.LSTM else out[1]).sum()).backward()
+    assert_parity(hd.grad.cpu(), hc.grad)
+    for (name, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
+        assert (pd.grad is None) == (pc.grad is None), name
+        if pc.grad is not None:
+            assert_parity(pd.grad.cpu(), pc.grad)
+
+
 @settings(max_examples=25, deadline=None)
 @given(kind=st.sampled_from(["LSTM", "GRU"]), batch_first=st.booleans(), bidirectional=st.booleans(),
        layers=st.integers(1, 3), steps=st.integers(1, 5), batch=st.integers(1, 3),

@@ -15,6 +15,7 @@ weight changes; gradients flow back to the device.  See docs/rnn.md.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 import warnings
 import weakref
@@ -32,17 +33,24 @@ _aten = torch.ops.aten
 
 
 class _CachedToCPU(torch.autograd.Function):
-    """Forward: the cached CPU copy of ``weight``.  Backward: the gradient, moved to
-    ``weight``'s device."""
+    """Forward ``(cpu_copies, *weights)``: the cached CPU copies, detached (a new tensor
+    each: an input returned as it is would be made a view by ``Tensor.view_as``, a Python
+    call per weight).  Backward: each gradient moved to its weight's device.  One node
+    for all the weights of a call."""
 
     @staticmethod
-    def forward(ctx, weight, cpu_copy):
-        ctx.device = weight.device
-        return cpu_copy
+    def forward(ctx, copies, *weights):
+        ctx.devices = list(map(_device, weights))
+        ctx.set_materialize_grads(False)
+        return tuple(map(_detach, copies))
 
     @staticmethod
-    def backward(ctx, grad):
-        return grad.to(ctx.device), None
+    def backward(ctx, *grads):
+        return (None, *(None if g is None else g.to(d) for g, d in zip(grads, ctx.devices)))
+
+
+_device = operator.attrgetter("device")
+_detach = torch._C.TensorBase.detach
 
 
 class WeightCache:
@@ -67,28 +75,51 @@ class WeightCache:
     def cpu(self, w: torch.Tensor) -> torch.Tensor:
         """The CPU copy of ``w`` (refreshed if ``w`` changed), differentiable to ``w``
         when autograd needs it."""
-        if w.is_cpu:
-            return w
+        return self.cpus([w])[0]
+
+    def cpus(self, weights: list) -> list:
+        """:meth:`cpu` of each of ``weights`` (None and CPU tensors as they are), in one
+        Python call while none changed: one ``_CachedToCPU`` node carries the gradients
+        of those autograd needs."""
+        copies = list(weights)
+        grads = torch.is_grad_enabled()
+        needing, needed, held = [], [], []   # the weights autograd needs, positions, copies
+        entries = self._entries
+        # read per call: torch-directml (and the emulator, which installs one) replaces it
+        has_storage = getattr(torch._C, "_has_storage", None) or _torch_compat.has_storage
+        for i, w in enumerate(weights):
+            if w is None or w.is_cpu:
+                continue
+            # _key's, inline (the loop runs on every call)
+            key = (None if w.is_inference() else w._version, w.data_ptr() if has_storage(w) else None,
+                   tuple(w.shape), w.dtype)
+            entry = entries.get(id(w))
+            if entry is None or entry[0]() is not w or entry[1] != key:
+                entry = self._refresh(w)
+            copies[i] = entry[2]
+            if grads and w.requires_grad:
+                needing.append(w)
+                needed.append(i)
+                held.append(entry[2])
+        if needing:
+            for i, copy in zip(needed, _CachedToCPU.apply(held, *needing)):
+                copies[i] = copy
+        return copies
+
+    def _refresh(self, w: torch.Tensor) -> list:
+        """A new entry for ``w``: its key and CPU copy."""
         key = self._key(w)
+        # a normal tensor even inside inference_mode: the copy outlives this call
+        # and may be used by autograd later
+        with fallback.guard(), torch.inference_mode(False), torch.no_grad():
+            copy = w.detach().to("cpu")
+        trace.moved(d2h=trace.nbytes(w))
+        wid = id(w)
+        ref = weakref.ref(w, lambda _r, wid=wid: self._forget(wid, _r))
+        entry = [ref, key, copy]
         with self._lock:
-            entry = self._entries.get(id(w))
-            if entry is not None and entry[0]() is not w:
-                entry = None                   # id reused by a new tensor
-        if entry is None or entry[1] != key:
-            # a normal tensor even inside inference_mode: the copy outlives this call
-            # and may be used by autograd later
-            with torch.inference_mode(False), torch.no_grad():
-                copy = w.detach().to("cpu")
-            trace.moved(d2h=trace.nbytes(w))
-            wid = id(w)
-            ref = weakref.ref(w, lambda _r, wid=wid: self._forget(wid, _r))
-            entry = [ref, key, copy]
-            with self._lock:
-                self._entries[wid] = entry
-        copy = entry[2]
-        if w.requires_grad and torch.is_grad_enabled():
-            return _CachedToCPU.apply(w, copy)
-        return copy
+            self._entries[wid] = entry
+        return entry
 
     def _forget(self, wid: int, ref) -> None:
         with self._lock:
@@ -181,16 +212,81 @@ def _kernel(op, target: str):
     name = op.name()                              # "aten::lstm.input"
     func, slots = _FUSED.get(op, op), _WEIGHTS.get(op, ())
 
-    def handle(func, args, kwargs):
+    def generic(func, args, kwargs):
         device = fallback.device_of(args, kwargs, target)
         with trace.substitute():                # the CPU run, its weights' copies included
             with fallback.guard():              # weights from the cache, the rest by run_on_cpu
                 args = tuple(_cached(a) if i in slots else a for i, a in enumerate(args))
             return "cpu", fallback.run_on_cpu(func, args, kwargs, device=device, op=name)
 
+    def run(args):
+        """``func`` on the CPU, as ``fallback.run_on_cpu`` runs it, in a few Python calls: the
+        arguments' structure is known (tensors, lists of them, numbers; none written, no
+        view returned), so plain loops stand for tree_map, one ``cache.cpus`` call gives
+        the weights, and two ``fallback.copy_all`` calls move the rest there and the
+        results back (past the BackendSelect kernels, which pass the shim's copies by)."""
+        device = other = None               # the first target / other non-CPU tensor's device
+        cpu_args = list(args)
+        moving, spots, weights, places = [], [], [], []    # tensors, their (list, index)
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                holder, items, first = cpu_args, (a,), i
+            elif isinstance(a, (list, tuple)):
+                holder = items = cpu_args[i] = list(a)
+                first = 0
+            else:
+                continue
+            for j, t in enumerate(items, first):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                if i in slots:
+                    weights.append(t)
+                    places.append((holder, j))
+                if t.is_cpu:
+                    continue
+                if i not in slots:
+                    moving.append(t)
+                    spots.append((holder, j))
+                if device is None:
+                    if t.device.type == target:
+                        device = t.device
+                    elif other is None:
+                        other = t.device
+        if weights:
+            for (holder, j), copy in zip(places, cache.cpus(weights)):
+                holder[j] = copy
+        d2h = fallback.copy_all(moving, _CPU) if moving else 0
+        for (holder, j), copy in zip(spots, moving):
+            holder[j] = copy
+        with fallback.guard():
+            out = func(*cpu_args)
+        device = device or other
+        h2d = 0
+        if device is not None:
+            results = list(out) if type(out) is tuple else [out]
+            back, spots = [], []
+            for j, r in enumerate(results):
+                if isinstance(r, torch.Tensor) and r.is_cpu:
+                    back.append(r)
+                    spots.append(j)
+            h2d = fallback.copy_all(back, device)
+            for j, r in zip(spots, back):
+                results[j] = r
+            out = tuple(results) if type(out) is tuple else results[0]
+        trace.moved(h2d=h2d, d2h=d2h)
+        return out
+
+    def handle(func, args, kwargs):
+        if kwargs:                              # by name (no caller seen does): the generic path
+            return generic(func, args, kwargs)
+        return "cpu", trace.region(True, run, args)   # the CPU run, its copies included
+
     def kernel(*args, **kwargs):
         return trace.call(name, handle, func, args, kwargs)
     return kernel
+
+
+_CPU = torch.device("cpu")
 
 
 def _register(target: str) -> None:
