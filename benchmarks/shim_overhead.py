@@ -96,7 +96,7 @@ def decision_cost(dev, quick):
     emulated device's noisy op times: each core patch's wrapper (its real ``select``)
     put around a no-op original, against the bare no-op."""
     from types import SimpleNamespace
-    from dmlshim.patches import _wrap, cat, conv, dtypes, mul
+    from dmlshim.patches import _wrap, dtypes
 
     ctx = _wrap.Context(target=dev.type)
     ad, bd, xd = torch.randn(64).to(dev), torch.randn(64).to(dev), torch.randn(1, 4, 16).to(dev)
@@ -108,10 +108,10 @@ def decision_cost(dev, quick):
     def noop(*args, **kwargs):
         return None
 
-    cases = {   # case: (owner, select, call with (owner, args))
-        "device: a * b": (mul._select(ctx.target), lambda f: f(ad, bd), True),
-        "device: torch.cat([a, b])": (cat._select(ctx), lambda f: f([ad, bd]), False),
-        "device: F.conv1d (float input)": (conv._select(ctx), lambda f: f(xd, xd), False),
+    # case: (owner, select, call with (owner, args)); mul and cat have no wrapper since issue 49
+    # (their fixes sit at BackendSelect), dtypes' wrappers of a * b and x.to(float32) remain
+    cases = {
+        "device: a * b": (dtypes._complex_scalar_select(ctx), lambda f: f(ad, bd), True),
         "device: x.to(float32)": (dtypes._to_select(ctx), lambda f: f(ad, torch.float32), True),
     }
     rows = []
