@@ -99,7 +99,7 @@ def decision_cost(dev, quick):
     from dmlshim.patches import _wrap, dtypes
 
     ctx = _wrap.Context(target=dev.type)
-    ad, bd, xd = torch.randn(64).to(dev), torch.randn(64).to(dev), torch.randn(1, 4, 16).to(dev)
+    ad, bd = torch.randn(64).to(dev), torch.randn(64).to(dev)
 
     class Method:                            # a Tensor-method stand-in (plain-function wrapper)
         def op(self, *args, **kwargs):

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from . import trace
-from .trace import tensors_in  # noqa: F401  (re-exported: auto, rnn and tests use fallback.tensors_in)
+from .trace import tensors_in  # noqa: F401  (re-exported: auto uses fallback.tensors_in)
 
 # Outputs an op returns on the CPU on every device (index in its result tuple): they
 # stay there after a CPU retry.  PackedSequence.batch_sizes must be a CPU tensor.
@@ -150,7 +150,6 @@ def copy_all(tensors: list, device: torch.device) -> int:
                 _busy.reset(token)
         moved += t.numel() * t.element_size()
     return moved
-
 
 
 def _resize(t: torch.Tensor, shape, stride=None) -> None:

@@ -1,9 +1,9 @@
 """Per-op statistics and the trace of intercepted calls.
 
 Every call that a dmlshim wrapper handles (i.e. that touches a tensor on the target
-device) is counted under its op name (the patched entry point, e.g. ``torch.cat`` or
-``Tensor.__mul__``) with the action taken: ``pass`` (the original ran on the device),
-``coerce`` (arguments fixed on the device), ``drop-empty`` (empty inputs dropped),
+device) is counted under its op name (the aten overload of a dispatcher kernel, e.g.
+``aten::mul.Tensor``, else the patched entry point, e.g. ``torch.hypot``) with the action
+taken: ``pass`` (the original ran on the device), ``coerce`` (arguments fixed on the device),
 ``cpu`` (ran on the CPU, results came back; bytes counted), ``island`` (a dtype the
 device cannot hold stayed on the CPU: ``dmlshim.islands``), ``error`` (the call raised).
 
@@ -39,7 +39,7 @@ from . import _torch_compat
 
 logger = logging.getLogger("dmlshim")
 
-ACTIONS = ("pass", "coerce", "drop-empty", "cpu", "island", "error")
+ACTIONS = ("pass", "coerce", "cpu", "island", "error")
 
 
 @dataclass

@@ -338,7 +338,7 @@ REGISTRY: Tuple[Patch, ...] = (
 
 # Every patch module, imported here: REGISTRY's names lead a reader (and tests/test_layers.py)
 # to each fix; none imports its third-party library at its top level.
-from . import (  # noqa: E402
+from . import (  # noqa: E402, F401  (MODULES reads them)
     adaptive_pool, arange_float32, auto, autocast, avg_pool_ceil, basicsr, batch_norm_stats,
     batched_tril_triu, bmm_cpu_operand, bool_exp2, bool_minmax, broadcast_copy, cat, cdist,
     channels_last, combinations, conv_transpose_padding, copy_to_cpu, dispatcher,
