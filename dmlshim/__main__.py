@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import _torch_compat, check, conformance, doctor, run
+from . import _torch_compat, check, conformance, doctor, generate, run
 from .realdml import cli as realdml_cli
 
 
@@ -126,6 +126,8 @@ COMMANDS: Dict[str, Tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "conformance": ("run PyTorch's OpInfo samples on the emulated DirectML device, raw and "
                     "with dmlshim; count those that match the CPU, by failure class",
                     conformance.add_arguments, conformance.main),
+    "generate": ("for developers: write the registry's import list and docs/defects.md's tables from "
+                 "the code (--check: exit 1 if stale)", generate.add_arguments, generate.main),
     "realdml": ("build and use the real torch-directml 0.2.5 on Linux without a GPU: "
                 "build | run -- CMD | env | info", realdml_cli.add_arguments, realdml_cli.main),
 }

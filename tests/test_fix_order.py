@@ -1,12 +1,13 @@
-"""Declared order (issue 49): patches whose BackendSelect fixes share an aten overload declare
-their order (``Patch.after``/``before``), and each chain is sorted by it when a fix joins."""
+"""Declared order (issue 49): patches whose BackendSelect fixes share an aten overload, or whose
+wrappers share an attribute, declare their order (``Patch.after``/``before``); the registry
+installs in it, and each chain is sorted by it when a fix joins."""
 import itertools
 
 import pytest
 
 import dmlshim
 from dmlshim import patches
-from dmlshim.patches import _select, dispatcher
+from dmlshim.patches import _select, _wrap, dispatcher
 
 NAMES = [p.name for p in patches.REGISTRY]
 
@@ -58,7 +59,7 @@ def test_every_two_patches_of_a_chain_declare_their_order():
     shared = {op: owners for op, owners in held.items() if len(owners) > 1}
     assert shared                                       # the check checks something
     undeclared = _undeclared(shared)
-    assert not undeclared, f"declare after=/before= in patches.REGISTRY for these: {undeclared}"
+    assert not undeclared, f"declare after=/before= in the modules' PATCH for these: {undeclared}"
     assert all(_in_declared_order(owners) for owners in held.values())
 
 
@@ -83,8 +84,17 @@ def test_installed_chains_and_hooks_follow_the_declaration(every_fix):
     assert any(len(owners) > 1 for owners in chains.values())
     assert all(_in_declared_order(owners) for owners in [*chains.values(), *hooked.values()])
     undeclared = _undeclared({**chains, **hooked})
-    assert not undeclared, f"declare after=/before= in patches.REGISTRY for these: {undeclared}"
+    assert not undeclared, f"declare after=/before= in the modules' PATCH for these: {undeclared}"
     assert all(len(_select._chains[op]) == len(owners) for op, owners in chains.items())
+
+
+def test_every_two_patches_wrapping_one_attribute_declare_their_order(every_fix):
+    """Python-level wrappers stack in install order (the last installed runs first), so two
+    patches that wrap one attribute (``Tensor.copy_``: broadcast_copy, copy_to_cpu, rank_limit,
+    int_range; auto's retry around most of torch) are related by after=/before= too."""
+    shared = {f"{owner}.{attr}": names for (owner, attr), names in _wrap.wrapped().items() if len(names) > 1}
+    assert ("broadcast_copy", "copy_to_cpu", "int_range", "rank_limit") == shared["Tensor.copy_"]
+    assert not _undeclared(shared), "declare after=/before= in the modules' PATCH for these"
 
 
 # patches that are not last in some chain (int_range: in the net's hooks too) and wrap no

@@ -214,6 +214,9 @@ def test_the_emulator_and_the_laws_import_no_fix():
     instead of the fix and the emulator agreeing (issue 40).  The laws import neither."""
     modules = _modules()
     graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    # the one way in: rules.declared_rules() reads the registry for the rules a patch module
+    # declares beside its fix (test_a_declared_rule_uses_no_fix_code checks they are laws)
+    graph["dmlshim.emulation.rules"] -= {"dmlshim.patches"}
     emulation = _reaching(_imports_under("dmlshim.emulation", modules, graph), ("dmlshim.patches",))
     laws = _reaching(_imports_under("dmlshim.laws", modules, graph), ("dmlshim.patches", "dmlshim.emulation"))
     assert not emulation, f"the emulator imports fixes: {emulation}; move the law to dmlshim/laws/"
@@ -228,17 +231,48 @@ sys.modules["dmlshim"] = importlib.util.module_from_spec(spec)
 import dmlshim.laws.broadcast, dmlshim.laws.empty, dmlshim.laws.integers, dmlshim.laws.nan, dmlshim.laws.norms, dmlshim.laws.pooling
 laws = sorted(m for m in sys.modules if m.startswith(("dmlshim.patches", "dmlshim.emulation")))
 from dmlshim.emulation import rules
-rules.default_rules()                       # every rule made, rules_refused's included
+rules.default_rules(declared=False)         # every rule made but the patch modules' own
 print(laws, sorted(m for m in sys.modules if m.startswith("dmlshim.patches")))
 """
 
 
 def test_importing_the_emulator_loads_no_fix():
-    """The same, as Python runs it: importing the laws and the emulator, and making its rules,
-    loads no module of ``dmlshim.patches`` (the laws no emulator module either)."""
+    """The same, as Python runs it: importing the laws and the emulator, and making its own
+    rules, loads no module of ``dmlshim.patches`` (the laws no emulator module either)."""
     import subprocess
     import sys
     result = subprocess.run([sys.executable, "-c", _LOADED, str(ROOT.parent)], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["[]", "[]"], result.stdout
+
+
+def _names_used(code):
+    """The global names a function's code (nested functions and lambdas included) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_used(const)
+    return names
+
+
+def test_a_declared_rule_uses_no_fix_code():
+    """A rule a patch module declares beside its fix (``emulated_rules()``) is a law of the
+    device: its functions read torch, the laws, the emulator and each other, never the fix
+    they sit beside, so the emulator still cannot agree with a fix by sharing its code."""
+    from dmlshim import patches
+    from dmlshim.emulation import rules
+    modules = [m for m in patches.MODULES.values() if hasattr(m, "emulated_rules")]
+    assert len(rules.declared_rules()) == sum(len(m.emulated_rules()) for m in modules)   # all reach it
+    for module in modules:
+        parts = [f for rule in module.emulated_rules() for f in (rule.when, rule.replace, rule.message, rule.bind)
+                 if callable(f) and getattr(f, "__module__", None) == module.__name__]
+        law = {f.__name__ for f in parts} | {"emulated_rules"}
+        for part in parts:
+            for name in _names_used(part.__code__):
+                value = vars(module).get(name)
+                home = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+                if value is None or name in law or not str(home).startswith("dmlshim."):
+                    continue
+                assert home.startswith(("dmlshim.laws", "dmlshim.emulation")) and home != module.__name__, \
+                    f"{module.__name__}: rule function {part.__name__} reads {name} ({home}), the fix's code"

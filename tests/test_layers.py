@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import patches
+from dmlshim import generate, patches
 from dmlshim.patches import _select, dispatcher
 
 from test_import_cycles import _imported, _modules
@@ -21,12 +21,14 @@ TOOLS = {"dmlshim.check", "dmlshim.conformance"}
 
 
 def test_the_registry_imports_every_fix_statically():
-    """``patches/__init__.py`` names every patch module in ``from . import``: a reader follows
-    REGISTRY to each fix; nothing is loaded by name."""
+    """``patches/__init__.py`` names every patch module in ``from . import`` (a list
+    ``python -m dmlshim generate`` writes from the folder): a reader follows REGISTRY to each
+    fix; nothing is loaded by name, and each module declares its own ``PATCH``."""
     tree = ast.parse((ROOT / "patches" / "__init__.py").read_text(encoding="utf-8"))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1
                 and node.module is None for alias in node.names}
-    assert {p.name for p in patches.REGISTRY} <= imported
+    assert {p.name for p in patches.REGISTRY} == set(generate.patch_modules()) <= imported
+    assert not generate.stale(), "run: python -m dmlshim generate"
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "import_module"]
     assert not calls
     assert all(patches.MODULES[p.name].__name__ == f"dmlshim.patches.{p.name}" for p in patches.REGISTRY)

@@ -1,4 +1,8 @@
-"""Every DirectML defect dmlshim knows, as data: one :class:`Defect` per row, one module per topic.
+"""Every DirectML defect dmlshim knows, as data: one :class:`Defect` per row, one table per topic.
+
+A topic module holds its rows; a defect added since issue 49 keeps its row in its fix module
+instead (``DEFECTS``, with ``topic=``), beside its fix and its emulator rule, and joins the
+topic's table from there (:func:`rows`).
 
 A row names the defect, its failure_modes.md row, its public source, what a user sees,
 where it was found (``found``: failure_modes.md, a public report against 0.2.5, or
@@ -12,6 +16,7 @@ DirectML device, because probing it is unsafe (it aborts the process) or untesta
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Dict, List, Tuple
 
 from . import arithmetic, dtypes, indexing, integers, layers, memory, pooling
@@ -19,13 +24,34 @@ from .defect import CATALOGUE, FOUND, MEASURED, REPORTED, Defect, Verdict  # noq
 
 # the topic modules, in table order
 TOPICS = (dtypes, arithmetic, integers, indexing, memory, pooling, layers)
-DEFECTS: Tuple[Defect, ...] = tuple(d for topic in TOPICS for d in topic.DEFECTS)
-_BY_NAME: Dict[str, Defect] = {d.name: d for d in DEFECTS}
+
+
+def rows(topic) -> Tuple[Defect, ...]:
+    """``topic``'s rows: its module's, then those its fix modules declare (a patch module's
+    ``DEFECTS``, each row naming the topic: ``Defect(..., topic="memory")``)."""
+    return topic.DEFECTS + tuple(d for d in _declared() if d.topic == topic.__name__.rpartition(".")[2])
+
+
+@functools.lru_cache(maxsize=None)
+def _declared() -> Tuple[Defect, ...]:
+    from .. import patches              # at first use: the patch modules import this package
+    return tuple(d for module in patches.MODULES.values() for d in getattr(module, "DEFECTS", ()))
+
+
+@functools.lru_cache(maxsize=None)
+def _by_name() -> Dict[str, Defect]:
+    return {d.name: d for topic in TOPICS for d in rows(topic)}
+
+
+def __getattr__(name: str):
+    if name == "DEFECTS":               # every row, topic by topic (read at first use)
+        return tuple(_by_name().values())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def close_matches(name: str) -> List[str]:
     """The defect names closest to ``name`` (difflib), best first."""
-    return difflib.get_close_matches(name, list(_BY_NAME), n=5, cutoff=0.5)
+    return difflib.get_close_matches(name, list(_by_name()), n=5, cutoff=0.5)
 
 
 def by_name(name: str) -> Defect:
@@ -35,7 +61,7 @@ def by_name(name: str) -> Defect:
         KeyError: no such defect; the message lists the close matches.
     """
     try:
-        return _BY_NAME[name]
+        return _by_name()[name]
     except KeyError:
         near = close_matches(name)
         raise KeyError(f"no defect named {name!r}" + (f"; close matches: {', '.join(near)}" if near
@@ -44,7 +70,7 @@ def by_name(name: str) -> Defect:
 
 def topic_of(defect: Defect):
     """The topic module that holds ``defect``'s row."""
-    return next(t for t in TOPICS if defect in t.DEFECTS)
+    return next(t for t in TOPICS if defect in rows(t))
 
 
 def markdown_table() -> str:
@@ -54,7 +80,7 @@ def markdown_table() -> str:
     for topic in TOPICS:
         lines = [f"### {topic.TOPIC}", "", "| defect | row | found | what goes wrong | source | probe | fixes |",
                  "|---|---|---|---|---|---|---|"]
-        for d in topic.DEFECTS:
+        for d in rows(topic):
             # one line per row: a docstring's line breaks would end the table row
             probe = " ".join((d.probe.__doc__ or d.probe.__name__).split()) if d.probe else "static: never probed"
             lines.append(f'| <a id="{d.name}"></a>`{d.name}` | {d.row} | {d.found} | {d.summary} | {d.source} | '

@@ -43,6 +43,9 @@ class Defect:
             ``when``/``replace``/``bind``/``message``/``op``) or an op name, several words
             meaning all of them; ``"module:function"`` names one in ``dmlshim.emulation``
             (``catalogue.where.emulator_rules`` resolves them).
+        topic: for a row its fix module declares (``DEFECTS`` beside the fix), the catalogue
+            topic module whose table it joins (``"memory"``); a topic module's own rows leave it
+            empty.
     """
 
     name: str
@@ -53,6 +56,7 @@ class Defect:
     fixes: Tuple[str, ...] = ()
     found: str = CATALOGUE
     rules: Tuple[str, ...] = ()
+    topic: str = ""
 
     @property
     def static(self) -> bool:

@@ -70,6 +70,8 @@ def install() -> torch.device:
             _backend.register(_state.policy)
             fused_rnn.register()
             _installed = True
+            if _state.config is _state.INITIAL:      # the patch modules' rules too (default_rules)
+                _state.set_config(dataclasses.replace(_state.config, rules=tuple(default_rules())))
             if os.environ.get("DMLSHIM_EMULATION_NUMERICS"):
                 _state.set_config(dataclasses.replace(_state.config, numerics=_numerics(None)))
     if first:

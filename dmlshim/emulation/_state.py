@@ -26,7 +26,9 @@ class Config:
     numerics: str = "cpu"                   # "gpu": GPU-like rounding (gpu_numerics.py)
 
 
-config = Config(rules=tuple(default_rules()))
+# The emulator's own rules at import; install() adds those the patch modules declare beside
+# their fixes (rules.declared_rules), so importing the emulator loads no fix.
+config = INITIAL = Config(rules=tuple(default_rules(declared=False)))
 opaque.set_rule(config.rules)
 _generation = 0          # bumps on configure() and reset_records(): per-op caches recompute
 _warned = False          # torch-directml warns once per *process* (note B)

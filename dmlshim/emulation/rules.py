@@ -737,8 +737,9 @@ def unconfirmed_rules():
     ]
 
 
-def default_rules():
-    """DirectML's known quirks, one rule each (failure_modes.md rows cited)."""
+def default_rules(*, declared: bool = True):
+    """DirectML's known quirks, one rule each (failure_modes.md rows cited); ``declared``: with
+    those the patch modules declare beside their fixes (:func:`declared_rules`)."""
     return [
         Rule(("mul.Tensor", "mul.Scalar"), when=_bool_times_other, replace=_bool_product,
              source="failure_modes.md #17; microsoft/DirectML#686, #737: float * bool "
@@ -829,7 +830,16 @@ def default_rules():
              message="Return counts not implemented for unique operator for DirectML.",
              source="failure_modes.md #47; microsoft/DirectML#410 (0.1.13); the same on the real "
                     "0.2.5 binary (measured, benchmarks/fidelity.py)"),
+        *(declared_rules() if declared else ()),
         *fp64_rules(),
         *fused_rnn_rules(),
         *observed_rules(),
     ]
+
+
+def declared_rules():
+    """The rules the patch modules declare beside their fixes (a module's ``emulated_rules()``:
+    one defect in one place), in the patches' install order (their ``after=``/``before=``)."""
+    from .. import patches              # at first use: patch modules never import the emulator
+    return [rule for patch in patches.REGISTRY
+            for rule in getattr(patches.MODULES[patch.name], "emulated_rules", tuple)()]

@@ -21,6 +21,7 @@ import functools
 import sys
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
@@ -197,6 +198,7 @@ class PatchSet:
 
     def __init__(self, name: str):
         self.name = name
+        _sets.add(self)
         self._applied: List[tuple] = []     # (owner, attr, wrapper, replaced, had_own)
         self._keys: set = set()             # (id(owner), attr) of _applied: a constant-time
                                             # "wrapped already?" (auto wraps 2,700 attributes)
@@ -355,6 +357,19 @@ class PatchSet:
             warnings.warn(f"dmlshim: {names} {'was' if len(skipped) == 1 else 'were each'} replaced after "
                           "dmlshim wrapped it; left in place (dmlshim's wrapper inside is now inactive)",
                           RuntimeWarning, stacklevel=3)
+
+
+_sets: "weakref.WeakSet[PatchSet]" = weakref.WeakSet()     # every PatchSet, for wrapped()
+
+
+def wrapped() -> Dict[Tuple[str, str], Tuple[str, ...]]:
+    """``{("Tensor", "copy_"): the patches whose wrappers hold it now}`` (names sorted; a
+    patch's name is its PatchSet's module name less ``dmlshim.patches.``)."""
+    held: Dict[Tuple[str, str], set] = {}
+    for patch_set in list(_sets):
+        for parent, attr, *_ in patch_set._applied:
+            held.setdefault((_name(parent), attr), set()).add(patch_set.name.rpartition(".")[2])
+    return {key: tuple(sorted(names)) for key, names in held.items()}
 
 
 def _jit_alias(proxy: Any, replaced: Any) -> None:

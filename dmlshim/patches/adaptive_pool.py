@@ -14,6 +14,10 @@ import torch
 
 from ..laws.pooling import dml_windows_agree
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("adaptive_pool", "adaptive_avg_pool with windows off DirectML's grid (stride = in // out; "
+                               "upsampling) is silently wrong (measured on the real 0.2.5 binary): on the CPU")
 
 _aten = torch.ops.aten
 

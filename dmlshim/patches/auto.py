@@ -26,6 +26,17 @@ import torch
 from .. import errors, fallback, islands, trace
 from . import _gate, dtypes
 from ._wrap import Context, Guard, PatchSet, fronted, provide_guard
+from ._patch import Patch
+
+PATCH = Patch("auto", "any torch call DirectML fails (RuntimeError/NotImplementedError, localized "
+                      "UnicodeDecodeError, failure_modes.md Note A) is retried on the CPU and "
+                      "remembered; 'known' only translates errors to DirectMLError",
+              modes=("auto", "known"),
+              # it leaves alone what the core patches' intercept wrappers already guard (they run
+              # its retry inline; __dmlshim_guarded__) and wraps the rest; channels_last's and
+              # int_range's wrappers of the entry points it wraps too go outside its own
+              after=("autocast", "broadcast_copy", "copy_to_cpu", "dtypes", "legacy_new"),
+              before=("channels_last", "int_range"))
 
 __all__ = ["install", "uninstall", "DirectMLFallbackWarning", "failures", "forget",
            "entry_points", "guard"]

@@ -15,6 +15,11 @@ import torch
 from ..laws.pooling import last_window_past
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("avg_pool_ceil", "avg_pool with ceil_mode and count_include_pad divides a last window past the "
+                               "padded input by the whole kernel (measured on the real 0.2.5 binary): padded "
+                               "explicitly, count_include_pad=False, on the device")
 
 _aten = torch.ops.aten
 _NAMES = ("self", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")

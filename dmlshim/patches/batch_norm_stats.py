@@ -14,6 +14,11 @@ import torch
 
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("batch_norm_stats", "native_batch_norm's saved statistics (eval mode, one channel) and its "
+                                  "backward's one-channel gradients have other shapes (measured on the real "
+                                  "0.2.5 binary): the CPU's shapes, on the device")
 
 _aten = torch.ops.aten
 

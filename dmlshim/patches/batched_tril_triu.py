@@ -19,6 +19,11 @@ import torch
 from .. import fallback
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("batched_tril_triu", "tril/triu of a batch of matrices keep the wrong diagonals (measured on "
+                                   "the real 0.2.5 binary): the 2-D mask of the last two dimensions, where, "
+                                   "on the device")
 
 _aten = torch.ops.aten
 UPPER = (_aten.triu.default, _aten.triu_.default, _aten.triu.out)

@@ -11,6 +11,10 @@ import torch
 
 from ..laws.integers import EXP2, POW, bool_exponent
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("bool_exp2", "exp2 of bool, pow of a number to a bool exponent give 1 (measured on the real "
+                           "0.2.5 binary): the exponent cast to the result's dtype, on the device")
 
 _aten = torch.ops.aten
 OPS = EXP2 + POW

@@ -9,6 +9,10 @@ import torch
 
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("bool_minmax", "max()/min() of a bool tensor come back int32 (measured on the real 0.2.5 "
+                             "binary): cast back to bool, on the device")
 
 _aten = torch.ops.aten
 

@@ -21,6 +21,11 @@ import torch
 
 from ..laws.broadcast import wrong_on_device
 from ._wrap import Context, PatchSet
+from ._patch import FALLBACK_MODES, Patch
+
+PATCH = Patch("broadcast_copy", "Tensor.copy_ of a source that broadcasts: a CPU one fills only the first "
+                                "elements, a device one of fewer dims fills the first value (measured on "
+                                "the real 0.2.5 binary): expand the source first", modes=FALLBACK_MODES)
 
 _patches = PatchSet(__name__)
 

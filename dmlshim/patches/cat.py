@@ -23,6 +23,10 @@ import torch
 
 from .. import trace
 from . import _gate, _select
+from ._patch import Patch
+
+PATCH = Patch("cat", "cat/stack with an empty input: 'The parameter is incorrect.' (failure_modes.md "
+                     "#19, #20; DirectML PR#527): the empties dropped on the device, at BackendSelect")
 
 _aten = torch.ops.aten
 

@@ -20,6 +20,11 @@ import torch
 from ..laws.norms import empty_3d, not_3d
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("cdist", "_cdist_forward (cdist with p != 2) of inputs that are not 3-D: wrong shapes, values "
+                       "or 'size of tensor a must match' (measured on the real 0.2.5 binary): the batch "
+                       "flattened to 3-D, on the device")
 
 _aten = torch.ops.aten
 OPS = (_aten._cdist_forward.default, _aten._cdist_forward.out)

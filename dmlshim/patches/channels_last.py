@@ -18,6 +18,13 @@ from .. import _torch_compat
 from . import _gate, _select
 from ._wrap import PatchSet
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("channels_last", "memory_format=channels_last is refused for device tensors ('must be "
+                               "Contiguous for DML tensors', measured on the real 0.2.5 binary): the CPU's "
+                               "strides by empty_strided and a copy, on the device",
+              # int_range's int64 clone guard hands the call on to this one's clone (_select.pass_on)
+              after=("int_range",))
 
 _aten = torch.ops.aten
 FORMATS = (torch.channels_last, torch.channels_last_3d)

@@ -12,6 +12,10 @@ from __future__ import annotations
 import torch
 
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("combinations", "torch.combinations' C++ composite fails (measured on the real 0.2.5 binary: "
+                              "'The size of tensor a (n) must match ... (0)', CreateOperator): on the CPU")
 
 _combinations = torch.ops.aten.combinations.default
 

@@ -17,6 +17,11 @@ import torch
 
 from . import _gate, _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("conv_transpose_padding", "transposed convolutions with an output_padding leave its last "
+                                        "positions zero, their backward wrong (measured on the real 0.2.5 "
+                                        "binary): without padding, cropped and extended, on the device")
 
 _aten = torch.ops.aten
 _FORWARD = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups")

@@ -17,6 +17,13 @@ from __future__ import annotations
 import torch
 
 from ._wrap import Context, PatchSet
+from ._patch import FALLBACK_MODES, Patch
+
+PATCH = Patch("copy_to_cpu", "a copy from the device into a CPU tensor rebinds it to new storage in the "
+                             "source's dtype: views and aliases never see it (measured on the real 0.2.5 "
+                             "binary; #64): the source moved to the CPU first", modes=FALLBACK_MODES,
+              # Tensor.copy_: outside broadcast_copy's wrapper, which then expands the moved source
+              after=("broadcast_copy",))
 
 _patches = PatchSet(__name__)
 

@@ -21,6 +21,11 @@ import torch
 from .. import _torch_compat, devices, fallback, islands, trace
 from . import _gate
 from ._wrap import Context
+from ._patch import Patch
+
+PATCH = Patch("dispatcher", "the dispatcher net: CPU index tensors moved over, and values the device "
+                            "cannot hold (complex, bfloat16, float64) made as CPU islands, however "
+                            "the op is reached (C++ composites, torch.ops.aten, backward())")
 
 _aten = torch.ops.aten
 _BOOL = torch.bool

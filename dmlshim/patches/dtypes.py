@@ -22,6 +22,11 @@ import torch
 from .. import devices, fallback, islands
 from . import _gate
 from ._wrap import Context, PatchSet
+from ._patch import FALLBACK_MODES, Patch
+
+PATCH = Patch("dtypes", "no float64 on most DirectML GPUs (DirectML#430, #396, #438, #699; failure_modes.md "
+                        "#7); bf16/complex abort the process (DirectML#688, #421, #704; #8, #9)",
+              modes=FALLBACK_MODES)
 
 _patches = PatchSet(__name__)
 

@@ -19,6 +19,15 @@ from ..laws.empty import BROADCAST_OPS, IN_PLACE_OPS, any_empty
 from .. import fallback
 from . import _gate, _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("empty_broadcast", "sub/rsub of float32, bitwise_xor and in-place add_/sub_/div_/pow_/bitwise_or_ ... "
+                                 "with an operand of no elements raise 'The size of tensor a (0) must match' "
+                                 "(measured on the real 0.2.5 binary): the empty result's shape from meta, "
+                                 "on the device (nothing to compute)",
+              # sub/rsub.Tensor and the in-place ops are in int_broadcast's and int_range's chains,
+              # pow_.Tensor in int_pow_zero's: an empty result has nothing to compute
+              before=("int_broadcast", "int_range", "int_pow_zero"))
 
 
 def _stand_in(a):

@@ -13,6 +13,15 @@ import torch
 
 from ..laws.empty import empty
 from . import _gate, _select
+from ._patch import Patch
+
+PATCH = Patch("empty_unary", "log2/log10/sinc/bitwise_not/pow of an empty input come back with another dtype or "
+                             "shape (measured on the real 0.2.5 binary): on the CPU (nothing to compute)",
+              # pow's overloads are in int_broadcast's chain too (the first fix that answers wins); an
+              # empty input has nothing to compute, so it answers before the fixes that would compute
+              # it (pow: int_pow_zero, bool_exp2, int_range, empty_broadcast's pow_; log2/log10/sinc:
+              # refused's retry, which would take the device's wrong dtype or shape as an answer)
+              before=("int_broadcast", "empty_broadcast", "int_pow_zero", "bool_exp2", "int_range", "refused"))
 
 _aten = torch.ops.aten
 FUNCTIONAL = (_aten.log2.default, _aten.log10.default, _aten.sinc.default, _aten.bitwise_not.default,

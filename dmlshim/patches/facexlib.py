@@ -22,6 +22,10 @@ import torch
 
 from .. import devices
 from ._wrap import Context, PatchSet
+from ._patch import Patch
+
+PATCH = Patch("facexlib", "facexlib's device defaults know only CUDA: calls without device= get "
+                          "select_device()", imports=("facexlib",))
 
 _patches = PatchSet(__name__)
 

@@ -10,6 +10,12 @@ from __future__ import annotations
 import torch
 
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("flip_dims", "flip with a negative dimension or of a 0-dim tensor ends the process (measured on "
+                           "the real 0.2.5 binary): the dimension counted from 0, on the device",
+              # int_range keeps the span of the flip this one fixes (_select.pass_on)
+              after=("int_range",))
 
 _aten = torch.ops.aten
 OVERLOADS = (_aten.flip.default, _aten.flip.out)

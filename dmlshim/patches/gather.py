@@ -17,6 +17,9 @@ import torch
 
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("gather", "gather gives wrong values (RVC infer/fcpe.py; #43): strided gathers on the CPU")
 
 _aten = torch.ops.aten
 # torch-directml's kernels are gather.out, scatter.src_out, scatter_add.out (dml_registered_ops.txt);

@@ -22,6 +22,11 @@ import torch
 from .. import trace
 from ._wrap import Context, PatchSet
 from .facexlib import default_device
+from ._patch import Patch
+
+PATCH = Patch("gfpgan", "GFPGANer device default; StyleGAN2 noise from the CPU generator (no device "
+                        "Generator, failure_modes.md #35); log the RuntimeError GFPGANer.enhance swallows",
+              imports=("gfpgan",))
 
 _patches = PatchSet(__name__)
 

@@ -17,6 +17,10 @@ from .. import _torch_compat, trace
 from ..dml_ops import aten_op, view_kernels
 from . import _gate, _select
 from .dispatcher import Done, below
+from ._patch import Patch
+
+PATCH = Patch("inference_mode", "views of normal tensors inside torch.inference_mode(): 'Cannot set "
+                                "version_counter for inference tensor' (DirectML#602, #622; #41)")
 
 
 @_gate.at_backend

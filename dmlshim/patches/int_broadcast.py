@@ -20,6 +20,15 @@ import torch
 
 from ..laws.broadcast import INTEGER_OPS, OPS, ranks_differ
 from . import _gate, _select
+from ._patch import Patch
+
+PATCH = Patch("int_broadcast", "binary ops of operands of different ranks, one cast (integer div/remainder/"
+                               "floor_divide/atan2/pow; add, mul, lt ... of mixed dtypes), read the smaller one's "
+                               "first value (measured on the real 0.2.5 binary): it gets leading size-1 dimensions, "
+                               "on the device",
+              # int_range measures the operands and hands the call on to this one (_select.pass_on);
+              # this one's fixed call is redispatched below the chain, past int_range
+              after=("int_range", "mul"))
 
 _aten = torch.ops.aten
 

@@ -39,6 +39,17 @@ from ..ranges import forget, forget_all, integral, known_exactly, known_span, ma
 from . import _gate, _select
 from ._wrap import PatchSet
 from .offset_views import anchor_of
+from ._patch import Patch
+
+PATCH = Patch("int_range", "integer arithmetic computes in float32 (add/sub/mul with a number, neg, pow, // and %, "
+                           "mm): exact only within 2**24, saturating; int64 clone/sub/maximum/clamp/sort read 32 "
+                           "bits (measured on the real 0.2.5 binary): calls whose values leave that span on the CPU",
+              # its spans are of the call those hand on (gather's dim from 0: _select.pass_on) or make
+              # again (masked_fill_rank's flattened call); an empty sum has nothing to compute; unique's
+              # counts go to the CPU; int_pow_zero and bool_exp2 answer as the registry had them
+              # mul's cast and cat's dropped empties make their call again, which this one then sees
+              after=("gather", "unique", "empty_reduction", "masked_fill_rank", "int_pow_zero", "bool_exp2",
+                     "mul", "cat"))
 
 _aten = torch.ops.aten
 _ON_THE_HOST = 1 << 16                # elements: a smaller tensor's range is read on the CPU, exactly

@@ -19,6 +19,11 @@ from torch.nn import Parameter
 
 from .. import _torch_compat
 from ._wrap import Context, PatchSet
+from ._patch import Patch
+
+PATCH = Patch("jit", "ScriptModule.to(dml) asserts 'param must be a Parameter' (PrivateUse1 is no dense "
+                     "backend for Module._apply; failure_modes.md #48): loaded plain tensors become "
+                     "Parameters, scripted RNNs' _flat_weights are refreshed")
 
 _patches = PatchSet(__name__)
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 import torch
 
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("layer_norm", "layer_norm on a non-contiguous input: wrong values or CreateOperator error "
+                            "(DirectML#588; #45): .contiguous() on the device")
 
 _aten = torch.ops.aten
 

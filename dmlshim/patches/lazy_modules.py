@@ -17,6 +17,11 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, is_lazy
 
 from ._wrap import Context
+from ._patch import Patch
+
+PATCH = Patch("lazy_modules", "a lazy module (nn.LazyConv2d, LazyLinear ...) moved to the device before its first "
+                              "forward loses its uninitialized parameters (PrivateUse1 is no dense backend; "
+                              "'weight should have at least three dimensions'): put back, of the new device")
 
 _installed = []                 # the Context while installed
 

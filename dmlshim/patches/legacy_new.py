@@ -19,6 +19,11 @@ from __future__ import annotations
 import torch
 
 from ._wrap import Context, PatchSet
+from ._patch import FALLBACK_MODES, Patch
+
+PATCH = Patch("legacy_new", "Tensor.new(...) refused on PrivateUse1 by torch 2.0 (torch-directml <= 0.2.0; "
+                            "failure_modes.md #11, DirectML#400, #415): rebuild each legacy form on the device; "
+                            "passes through where torch accepts it (2.4.1)", modes=FALLBACK_MODES)
 
 _patches = PatchSet(__name__)
 _REFUSAL = ("new(): expected key in", "new(): expected DispatchKey")   # torch 2.0 / 1.x texts

@@ -34,6 +34,10 @@ from torch.nn import Parameter
 from .. import _torch_compat
 from ._select import aside
 from ._wrap import Context, PatchSet
+from ._patch import Patch
+
+PATCH = Patch("load", "torch.load(map_location=dml): TypeError '>=' between torch.device and int "
+                      "(audio-separator PR#295, DirectML#466; #46): device() gets the index")
 
 _patches = PatchSet(__name__)
 

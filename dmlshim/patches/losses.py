@@ -10,6 +10,10 @@ from __future__ import annotations
 import torch
 
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("losses", "cross_entropy(reduction='none') gradients all zero (DirectML#739, #740; #44): "
+                        "nll_loss_backward 'none' on the CPU")
 
 _aten = torch.ops.aten
 _NONE = 0    # at::Reduction::None

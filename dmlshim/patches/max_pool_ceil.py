@@ -12,6 +12,10 @@ from __future__ import annotations
 import torch
 
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("max_pool_ceil", "max_pool2d with ceil_mode=True gives floor mode's shape, other indices and "
+                               "gradients (measured on the real 0.2.5 binary): with ceil_mode on the CPU")
 
 _aten = torch.ops.aten
 

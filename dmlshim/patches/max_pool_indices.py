@@ -16,6 +16,13 @@ from .. import ranges
 from ..laws.pooling import dilated, flat_index_offsets
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("max_pool_indices", "max_pool2d_with_indices counts its indices over the whole tensor, not per plane; "
+                                  "with a dilation its values are wrong (measured on the real 0.2.5 binary): the "
+                                  "planes' offsets subtracted on the device; a dilated call on the CPU",
+              # after max_pool_ceil (ceil_mode: the CPU's indices) and max_pool_unbatched (3-D: batched)
+              after=("max_pool_ceil", "max_pool_unbatched"))
 
 _aten = torch.ops.aten
 

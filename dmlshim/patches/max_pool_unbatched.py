@@ -12,6 +12,12 @@ import torch
 from ..laws.pooling import unbatched
 from . import _gate, _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("max_pool_unbatched", "max_pool2d_with_indices and its backward of an unbatched 3-D input: 'Dimension "
+                                    "out of range' (measured on the real 0.2.5 binary): with a batch of one, on the device",
+              # before max_pool_ceil, which runs ceil_mode on the CPU: the batched call reaches it
+              before=("max_pool_ceil",))
 
 _aten = torch.ops.aten
 

@@ -20,6 +20,10 @@ import torch
 
 from .. import fallback, trace
 from . import _gate, _select
+from ._patch import Patch
+
+PATCH = Patch("mul", "float x bool returns bool on DirectML: the bool operand cast first, at "
+                     "BackendSelect (DirectML#686, #737; failure_modes.md #17)")
 
 _aten = torch.ops.aten
 _BOOL = torch.bool

@@ -29,6 +29,14 @@ from .. import trace
 from ..dml_ops import aten_op, view_kernels
 from . import _gate, _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("offset_views", "views of a view with an offset, and split's chunks, are copies: writes "
+                              "through them are lost (measured on the real 0.2.5 binary; #62): made from "
+                              "the tensor they alias with as_strided, on the device",
+              # both hold the view kernels, and this one makes its views through the rest of their
+              # chain (_select.pass_on)
+              before=("inference_mode",))
 
 _aten = torch.ops.aten
 _AS_STRIDED = _aten.as_strided.default

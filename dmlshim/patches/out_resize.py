@@ -31,6 +31,14 @@ import torch.nn.functional as F
 from .. import _torch_compat, fallback, trace
 from . import _gate, _select
 from ._wrap import Context, PatchSet
+from ._patch import FALLBACK_MODES, Patch
+
+PATCH = Patch("out_resize", "an out= tensor of the wrong size is neither resized nor checked (measured on "
+                            "the real 0.2.5 binary; #65): its sizes, strides and checks from the meta "
+                            "device, at every torch function that takes out=", modes=FALLBACK_MODES,
+              # outside the wrappers of the patches that intercept torch functions, so dtypes still
+              # finds torch.fft's builtins; inside auto's wrapper
+              after=("dtypes",), before=("auto",))
 
 _patches = PatchSet(__name__)
 # namespace -> the prefix of its functions' aten names (torch.linalg.inv is aten::linalg_inv)

@@ -12,6 +12,10 @@ from __future__ import annotations
 import torch
 
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("pad", "4-element F.pad applied as (top, bottom, left, right) (DirectML#687; #42): "
+                     "reflection_pad2d with unequal pairs on the CPU")
 
 _aten = torch.ops.aten
 

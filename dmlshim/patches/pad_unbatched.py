@@ -12,6 +12,13 @@ import torch
 from ..laws.pooling import unbatched
 from . import _gate, _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("pad_unbatched", "reflection_pad2d of an unbatched 3-D input: 'vector::_M_range_check' (measured on "
+                               "the real 0.2.5 binary): with a batch of one, on the device",
+              # pad's CPU answer of unequal pairs holds at any rank; this one's batched call goes
+              # through the whole chain again (the op called, not redispatched)
+              after=("pad",))
 
 _aten = torch.ops.aten
 

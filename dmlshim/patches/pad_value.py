@@ -15,6 +15,14 @@ from .. import ranges, trace
 from ..laws import integers
 from . import _select
 from .dispatcher import Done, below
+from ._patch import Patch
+
+PATCH = Patch("pad_value", "constant_pad_nd keeps the pad value of its first call per shape, pads and dtype, "
+                           "refuses an empty input (measured on the real 0.2.5 binary): padded with 0, the value "
+                           "by masked_fill, on the device; an empty input on the CPU",
+              # pad_negative hands its cropped call of mixed signs on to it (_select.pass_on);
+              # pad_zero answers every pad of 0s first (this one's own pad of 0s would be that call)
+              after=("pad_negative", "pad_zero"))
 
 _aten = torch.ops.aten
 

@@ -21,6 +21,10 @@ import torch
 
 from .. import trace
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("prelu", "PReLU(C) on a >= 3-D input aborts the process (DirectML#271, #445; #29): "
+                       "relu(x) - w * (-x).clamp_min(0), on the device")
 
 _prelu = torch.ops.aten.prelu.default
 

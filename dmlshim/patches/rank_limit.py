@@ -34,6 +34,19 @@ from ..laws.ranks import RANK_MAX, limit
 from . import _gate, _select
 from ._wrap import PatchSet
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("rank_limit", "reductions, scans, sorts, cat, where, gather, index_select, flip, layer_norm and "
+                            "broadcasting binary ops of more than 5 dimensions end the process (measured on the "
+                            "real 0.2.5 binary; DirectML#537): on fewer dimensions on the device, else on the CPU",
+              # first in every chain it shares but mul's and cat's, which make their fixed call
+              # again from the top, so it reaches this one (a fix before it that redispatched below
+              # would hand the call of 6 dimensions to the kernel that ends the process)
+              # (Tensor.copy_: outside copy_to_cpu's wrapper, inside int_range's)
+              after=("mul", "cat", "copy_to_cpu"),
+              before=("gather", "layer_norm", "empty_layer_norm", "empty_reduction", "sort_scalar", "int_range",
+                      "nan_reductions", "int_broadcast", "bool_minmax", "flip_dims", "refused", "pad_negative",
+                      "pad_zero", "pad_value", "empty_broadcast", "var_correction"))
 
 _aten = torch.ops.aten
 

@@ -25,6 +25,15 @@ import torch
 from .. import errors, trace
 from . import _gate, _select
 from .dispatcher import Done, below
+from ._patch import Patch
+
+PATCH = Patch("refused", "calls the real 0.2.5 binary refuses (3-D and integer convolution, avg_pool's "
+                         "divisor_override, zero-size mm/addmm, integer log2/isnan/sinc, partial scatter, "
+                         "the *_scatter ops): retried on the CPU at BackendSelect, however reached",
+              # its retry answers every call it holds, so the fixes that share its overloads go first
+              # (_select sorts each chain by the declared order)
+              after=("gather", "repeat", "adaptive_pool", "int_range", "int_addmm", "conv_transpose_padding",
+                     "avg_pool_ceil"))
 
 _aten = torch.ops.aten
 _CATCH = (RuntimeError, NotImplementedError)

@@ -16,6 +16,10 @@ import torch
 
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("repeat", "Tensor.repeat with more than 4 dimensions refused: 'must be 4 or lower' "
+                        "(ComfyUI#5860; #61): one cat per repeated dimension, on the device")
 
 _aten = torch.ops.aten
 MAX_DIM = 4

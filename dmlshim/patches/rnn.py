@@ -27,6 +27,12 @@ from .. import _torch_compat, fallback, trace
 from . import _opmath
 from ._wrap import Context
 from .dispatcher import backend_key
+from ._patch import Patch
+
+PATCH = Patch("rnn", "LSTM/GRU have no DirectML or CPU kernel (_thnn_fused_*_cell): aten::lstm/gru/"
+                     "*_cell run on the CPU with cached CPU weights however reached (nn modules, "
+                     "TorchScript, torch.ops.aten; AutogradPrivateUse1 + PrivateUse1 kernels) "
+                     "(DirectML#613, #654, #677; failure_modes.md #1, #2, #49)")
 
 _library: Optional[torch.library.Library] = None
 _aten = torch.ops.aten

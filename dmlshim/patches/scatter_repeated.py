@@ -20,6 +20,12 @@ import torch
 from .. import fallback
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("scatter_repeated", "scatter_add/scatter(reduce=) with a repeated index write it once (measured "
+                                  "on the real 0.2.5 binary): index_put_(accumulate=True), on the device",
+              # gather's dim=-1 fix hands the dimension counted from 0 on; refused's retry answers all
+              after=("gather",), before=("refused",))
 
 _aten = torch.ops.aten
 FUNCTIONAL = (_aten.scatter_add.default, _aten.scatter.reduce, _aten.scatter.value_reduce)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import torch
 
 from . import _select
+from ._patch import Patch
+
+PATCH = Patch("unique", "unique(return_counts=True) refused (DirectML#410; #47): on the CPU")
 
 
 def _counts(op, keyset, args, kwargs):

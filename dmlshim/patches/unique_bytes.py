@@ -14,6 +14,14 @@ import torch
 from ..laws.integers import BYTES
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("unique_bytes", "unique of bool/uint8/int8 drops the zeros, of >= 2 dimensions aborts (measured "
+                              "on the real 0.2.5 binary): flattened, widened to int32, on the device",
+              # unique's counts go to the CPU, right for every dtype and rank; int_range's guard hands
+              # the call on to this one, which computes it below the chain (_select.itself): before
+              # it, an int64 of >= 2 dimensions past 32 bits came back wrong (issue 49)
+              after=("unique", "int_range"))
 
 _aten = torch.ops.aten
 OPS = (_aten._unique2.default,)

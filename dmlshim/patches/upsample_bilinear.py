@@ -10,6 +10,10 @@ PyTorch's own source tables (``_resample``).  Docs: docs/defects.md ("Upsampling
 from __future__ import annotations
 
 from . import _resample
+from ._patch import Patch
+
+PATCH = Patch("upsample_bilinear", "bilinear upsampling without the half-pixel offset (DirectML#482; #21): "
+                                   "two one-axis resamplings with PyTorch's tables, on the device")
 
 _kernels = _resample.kernels("linear", __name__)
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -11,6 +11,10 @@ included (``_resample``).  Docs: docs/defects.md ("Upsampling").
 from __future__ import annotations
 
 from . import _resample
+from ._patch import Patch
+
+PATCH = Patch("upsample_nearest", "nearest upsampling at a non-integer scale reads the pixel before (#60): "
+                                  "index_select with the CPU kernel's indices, on the device")
 
 _kernels = _resample.kernels("nearest", __name__)
 install, uninstall = _kernels.install, _kernels.uninstall

@@ -17,6 +17,11 @@ import torch
 from .. import fallback
 from . import _select
 from .dispatcher import Done
+from ._patch import Patch
+
+PATCH = Patch("var_correction", "var()/std_mean() over every dimension without a correction divide by n "
+                                "(measured on the real 0.2.5 binary): every dimension and the correction "
+                                "named, on the device")
 
 _aten = torch.ops.aten
 OPS = (_aten.var.correction, _aten.std_mean.correction)

@@ -1,0 +1,74 @@
+"""``python -m dmlshim generate [--check]``: write the files made from the code.
+
+Two pieces are generated, never typed: the patch registry's ``from . import`` list (every
+module of ``dmlshim/patches/``, so a new fix module is found without editing the registry)
+and the defect tables of docs/defects.md (``catalogue.markdown_table()``).  ``--check``
+writes nothing and exits 1 when either is stale (the tests call :func:`stale`).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import textwrap
+from pathlib import Path
+from typing import Callable, Dict, List
+
+PACKAGE = Path(__file__).resolve().parent
+REGISTRY_FILE = PACKAGE / "patches" / "__init__.py"
+DEFECTS_PAGE = PACKAGE.parent / "docs" / "defects.md"
+_IMPORTS = re.compile(r"(# BEGIN generated patch modules\n)(.*?)(# END generated patch modules\n)", re.S)
+_TABLES = re.compile(r"(<!-- BEGIN generated: catalogue.markdown_table\(\) -->\n)(.*?)"
+                     r"(<!-- END generated -->\n)", re.S)
+
+
+def patch_modules() -> List[str]:
+    """The names of ``dmlshim/patches/``'s patch modules (``_``-prefixed ones are its helpers)."""
+    return sorted(p.stem for p in (PACKAGE / "patches").glob("*.py") if not p.stem.startswith("_"))
+
+
+def _imports() -> str:
+    names = textwrap.fill(", ".join(patch_modules()), width=96, initial_indent="    ",
+                          subsequent_indent="    ", break_on_hyphens=False)
+    return f"from . import (  # noqa: E402, F401  (read through globals() below)\n{names})\n"
+
+
+def _tables() -> str:
+    from . import catalogue
+    return catalogue.markdown_table() + "\n"
+
+
+# file -> (its generated block's pattern, what belongs there)
+PIECES: Dict[Path, tuple] = {REGISTRY_FILE: (_IMPORTS, _imports), DEFECTS_PAGE: (_TABLES, _tables)}
+
+
+def _rendered(path: Path, pattern: re.Pattern, make: Callable[[], str]) -> str:
+    text = path.read_text(encoding="utf-8")
+    if not pattern.search(text):
+        raise ValueError(f"{path}: no generated block ({pattern.pattern.split(chr(10))[0]!r})")
+    return pattern.sub(lambda m: m.group(1) + make() + m.group(3), text, count=1)
+
+
+def stale() -> List[Path]:
+    """The files whose generated block differs from what the code gives now."""
+    return [path for path, (pattern, make) in PIECES.items() if path.exists()
+            and _rendered(path, pattern, make) != path.read_text(encoding="utf-8")]
+
+
+def write() -> List[Path]:
+    """Rewrite the stale files; returns them."""
+    changed = stale()
+    for path in changed:
+        pattern, make = PIECES[path]
+        path.write_text(_rendered(path, pattern, make), encoding="utf-8")
+    return changed
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
+
+
+def main(args: argparse.Namespace) -> int:
+    changed = stale() if args.check else write()
+    for path in changed:
+        print(f"{'stale' if args.check else 'wrote'}: {path}")
+    return 1 if args.check and changed else 0
