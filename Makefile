@@ -78,6 +78,9 @@ REALDML_PY      := $(REALDML_VENV)/bin/python
 REALDML_RUN     := $(REALDML_PY) -m dmlshim realdml run --
 # REALDML_TESTS: the test files make test-realdml runs on the real device (default: every one)
 REALDML_TESTS   ?= $(wildcard tests/test_*.py)
+# The test of each defect kept in its fix module (a patch module with DEFECTS, docs/internals.md
+# "Adding a defect"), tests/test_<name>.py: on the real lane without a line here.
+DEFECT_TESTS = $(foreach m,$(basename $(notdir $(shell grep -l '^DEFECTS = ' dmlshim/patches/*.py))),$(wildcard tests/test_$(m).py))
 # What CI runs on the real device (make test-realdml-ci; .ci/run): the stack, every fix of a
 # defect the real binary shows, the fallback and error paths, and the models that finish in
 # minutes on lavapipe (docs/realdml.md "In CI"). The rest of the suite is emulator-only or
@@ -86,7 +89,7 @@ REALDML_CI_TESTS := $(addprefix tests/test_,$(addsuffix .py,realdml patch_mul pa
     patch_dtypes reported_defects observed_defects load islands errors parity reliability fallback \
     activate auto_fallback devices rnn_torchscript patch_copy patch_autocast defects bf16 legacy_new \
     funasr_vad routing_sweep refused observed_silent int_range channels_last gate catalogue \
-    caller_warnings conformance_all rank_limit probe_child))
+    caller_warnings conformance_all rank_limit probe_child)) $(DEFECT_TESTS)
 # Models whose tensors reach 64 KiB and more, with tiled resources off (VKD3D_TILED_RESOURCES=0):
 # lavapipe mis-reads typed views of 64 KiB+ in DirectML's reserved resources (docs/realdml.md
 # "Stack artifacts"). Every FunASR and GFPGAN-family model test; CI runs them too. And

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -71,4 +73,7 @@ def main(args: argparse.Namespace) -> int:
     changed = stale() if args.check else write()
     for path in changed:
         print(f"{'stale' if args.check else 'wrote'}: {path}")
+    if REGISTRY_FILE in changed and not args.check:
+        # a new patch module's rows reach the tables once the registry imports it: a new process
+        return subprocess.run([sys.executable, "-m", "dmlshim", "generate"]).returncode
     return 1 if args.check and changed else 0

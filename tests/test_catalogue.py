@@ -18,14 +18,19 @@ NAMES = [d.name for d in catalogue.DEFECTS]
 def test_one_row_per_name_topic_by_topic():
     assert len(NAMES) == len(set(NAMES))                  # one row per name, no count to keep
     assert probing.all_defects() == catalogue.DEFECTS
-    assert [d for t in catalogue.TOPICS for d in t.DEFECTS] == list(catalogue.DEFECTS)
+    assert [d for t in catalogue.TOPICS for d in catalogue.rows(t)] == list(catalogue.DEFECTS)
+    # a row kept beside its fix joins its topic's table (docs/internals.md, "Adding a defect")
+    beside = [d for d in catalogue.DEFECTS if d.topic]
+    assert all(d in catalogue.rows(catalogue.topic_of(d)) and d not in catalogue.topic_of(d).DEFECTS
+                          for d in beside)
     assert {d.found for d in catalogue.DEFECTS} == set(catalogue.FOUND)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_place_of_a_defect_resolves(name):
     d = catalogue.by_name(name)
-    assert d.static or re.fullmatch(r"dmlshim\.catalogue\.\w+:\w+ \(dmlshim/catalogue/\w+\.py:\d+\)", where.probe(d))
+    assert d.static or re.fullmatch(r"dmlshim\.(catalogue|patches)\.\w+:\w+ \(dmlshim/(catalogue|patches)/\w+\.py:\d+\)",
+                                    where.probe(d))
     registry = {p.name for p in patches.REGISTRY}
     net = {dispatcher.gate(op) for op in (*dispatcher.FIXES, *dispatcher.ISLANDS,
                                          *(op for op, _ in dispatcher._composite_overloads()))}

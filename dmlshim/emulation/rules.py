@@ -13,6 +13,7 @@ Users describe failures we have not met yet with their own rules::
 Every default cites its row of ``failure_modes.md``; the table of defaults and what
 is deliberately not a rule: docs/emulation.md ("DirectML's quirks are rules")."""
 import dataclasses
+import sys
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -839,7 +840,12 @@ def default_rules(*, declared: bool = True):
 
 def declared_rules():
     """The rules the patch modules declare beside their fixes (a module's ``emulated_rules()``:
-    one defect in one place), in the patches' install order (their ``after=``/``before=``)."""
-    from .. import patches              # at first use: patch modules never import the emulator
+    one defect in one place), in the patches' install order (their ``after=``/``before=``).
+
+    Read from the registry that importing ``dmlshim`` has loaded, not imported here: the
+    emulator imports no fix, and a fix module's rule may import the emulator without a cycle."""
+    patches = sys.modules.get("dmlshim.patches")
+    if patches is None or not hasattr(patches, "REGISTRY"):
+        return []
     return [rule for patch in patches.REGISTRY
             for rule in getattr(patches.MODULES[patch.name], "emulated_rules", tuple)()]
