@@ -38,14 +38,9 @@ def _copies(name, device):
     return copy(source.to(device)), copy(source.clone())
 
 
-# a raw non_blocking copy of a freed device tensor to the CPU gives garbage and corrupts the heap
-# on the real 0.2.5 binary, with or without a dtype (malloc aborts a later call; measured)
-_RAW = [pytest.param(name, marks=pytest.mark.emulated_only(
-            reason="the emulator's _to_copy rule: raw, the real 0.2.5 binary's non_blocking copy to the "
-                   "CPU corrupts the heap")) if name == "non_blocking" else name for name in sorted(CASES)]
-
-
-@pytest.mark.parametrize("name", _RAW)
+# raw, a non_blocking copy to the CPU is another defect's (it reads freed memory, and on the real
+# 0.2.5 binary corrupts the heap, with or without a dtype; patches/non_blocking_copy.py)
+@pytest.mark.parametrize("name", sorted(set(CASES) - {"non_blocking"}))
 def test_raw_the_copy_keeps_the_source_dtype(dml_device, shim_off, name, assert_differs):
     got, want = _copies(name, dml_device)
     assert got.device == CPU
@@ -66,7 +61,8 @@ def test_with_the_shim_equals_the_cpus_cast(dml_device, shim_off, name, assert_s
 
 def test_its_hook_goes_before_channels_lasts(dml_device, shim_off):
     dmlshim.activate(fallback="known")
-    assert dispatcher.hook_owners("_to_copy") == ("cpu_dtype_copy", "channels_last")
+    owners = dispatcher.hook_owners("_to_copy")
+    assert owners.index("cpu_dtype_copy") < owners.index("channels_last")
 
 
 def test_the_gradient_is_the_cpus(dml_device, shim_off, assert_same):
@@ -74,7 +70,7 @@ def test_the_gradient_is_the_cpus(dml_device, shim_off, assert_same):
     weights = torch.arange(6.0).view(2, 3)
 
     def grad(device):
-        x = FRACTIONS.to(device).requires_grad_()
+        x = FRACTIONS.clone().to(device).requires_grad_()      # a leaf of its own, on the CPU too
         y = x.to("cpu", torch.float16)
         assert y.dtype == torch.float16 and y.requires_grad
         (y.float() * weights).sum().backward()
