@@ -41,10 +41,10 @@ from . import (  # noqa: E402, F401  (read through globals() below)
     empty_unary, facexlib, fallback_out, flip_dims, funasr, gather, gfpgan, inference_mode,
     int_addmm, int_broadcast, int_pow_zero, int_range, jit, layer_norm, lazy_modules,
     legacy_new, linspace_int, load, losses, masked_fill_rank, masked_select, max_pool_ceil,
-    max_pool_indices, max_pool_unbatched, mul, nan_reductions, nan_sort, offset_views,
-    out_resize, pad, pad_negative, pad_unbatched, pad_value, pad_zero, prelu, rank_limit,
-    refused, repeat, rnn, scatter_repeated, softplus_beta, sort_scalar, unique, unique_bytes,
-    upsample_bilinear, upsample_nearest, var_correction, vector_norm)
+    max_pool_indices, max_pool_unbatched, mul, nan_reductions, nan_sort, non_blocking_copy,
+    offset_views, out_resize, pad, pad_negative, pad_unbatched, pad_value, pad_zero, prelu,
+    rank_limit, refused, repeat, rnn, scatter_repeated, softplus_beta, sort_scalar, unique,
+    unique_bytes, upsample_bilinear, upsample_nearest, var_correction, vector_norm)
 # END generated patch modules
 
 # Each module's PATCH, by name: the order's source, kept whole (a test that installs fewer
