@@ -43,6 +43,9 @@ class Defect:
             ``when``/``replace``/``bind``/``message``/``op``) or an op name, several words
             meaning all of them; ``"module:function"`` names one in ``dmlshim.emulation``
             (``catalogue.where.emulator_rules`` resolves them).
+        repro: for a static defect, ``repro(device)``: the call that shows it, never run in a
+            user's process (``benchmarks/fidelity.py`` runs it in a child of its own); ``None``
+            for a probed one (its probe's case is the repro).
         topic: for a row its fix module declares (``DEFECTS`` beside the fix), the catalogue
             topic module whose table it joins (``"memory"``); a topic module's own rows leave it
             empty.
@@ -56,6 +59,7 @@ class Defect:
     fixes: Tuple[str, ...] = ()
     found: str = CATALOGUE
     rules: Tuple[str, ...] = ()
+    repro: Optional[Callable[[torch.device], object]] = None
     topic: str = ""
 
     @property

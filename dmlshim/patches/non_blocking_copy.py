@@ -28,10 +28,17 @@ PATCH = Patch("non_blocking_copy", f"{SUMMARY}: made blocking ({SOURCE})",
               # of the net's _to_copy then see it (cpu_dtype_copy's dtype, channels_last's format)
               before=("cpu_dtype_copy", "channels_last"))
 
+def _repro(device):
+    """`(x * k).to("cpu", non_blocking=True)` of an f32[3, 4] ramp for k = 1..8, stacked (a race:
+    the first copies may be right; run in a child of its own, it may corrupt the heap)."""
+    ramp = torch.arange(12.0).view(3, 4)
+    return torch.stack([(ramp.to(device) * k).to("cpu", non_blocking=True) for k in range(1, 9)])
+
+
 # static: probing it would corrupt the heap of the process that probes
 DEFECTS = (Defect("non_blocking_copy", "#56", SOURCE, SUMMARY, None,
                   ("non_blocking_copy", "dispatcher:_to_copy"), found=MEASURED,
-                  rules=("_non_blocking_to_cpu", "_freed"), topic="memory"),)
+                  rules=("_non_blocking_to_cpu", "_freed"), repro=_repro, topic="memory"),)
 
 
 # ---------------------------------------------------------------- the defect, as the emulator has it
