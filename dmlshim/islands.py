@@ -22,11 +22,49 @@ import torch
 from . import devices, fallback, trace
 
 __all__ = ["Island", "CPUIslandWarning", "is_island", "home", "holdable", "held", "unholdable",
-           "mark", "run", "warn_once"]
+           "mark", "run", "warn_once", "bf16_policy", "held_as"]
 
 # DirectML aborts on these (failure_modes.md #8, #9) whatever the adapter.
 NEVER_HELD = frozenset({torch.bfloat16, torch.complex32, torch.complex64, torch.complex128})
 SPECIAL = NEVER_HELD | {torch.float64}       # float64 too, on devices without float64 (#7)
+
+
+# DMLSHIM_BF16 (docs/fun-asr-nano.md): what bfloat16 values bound for the device become
+# there, float32 (default) or float16, or None (``cpu``: they stay CPU islands).  Set at
+# activation (:func:`bf16_policy`); read by the ``dtypes`` patch (``Tensor.to``, ``dtype=``)
+# and the dispatcher net (``_to_copy``, ``softmax(dtype=)``) through :func:`held_as`.
+_BF16_AS = {"float32": torch.float32, "float16": torch.float16, "cpu": None}
+bf16_as: Optional[torch.dtype] = torch.float32
+_bf16_target = "privateuseone"
+_warned_bf16 = False
+
+
+def bf16_policy(policy: str, target: str = "privateuseone") -> None:
+    """Take ``DMLSHIM_BF16``'s ``policy`` (``config.parse_bf16``'s value) for devices of type
+    ``target``; its warning is given once per activation."""
+    global bf16_as, _bf16_target, _warned_bf16
+    bf16_as, _bf16_target, _warned_bf16 = _BF16_AS[policy], target, False
+
+
+def held_as(dtype: Optional[torch.dtype], device: Optional[torch.device]) -> Optional[torch.dtype]:
+    """The dtype values of ``dtype`` get on ``device``: bfloat16 -> the DMLSHIM_BF16 choice
+    on a target device (one ``RuntimeWarning`` per activation); every other dtype (and
+    policy ``cpu``) unchanged."""
+    if dtype is torch.bfloat16 and bf16_as is not None and device is not None \
+            and device.type == _bf16_target:
+        _warn_bf16(device)
+        return bf16_as
+    return dtype
+
+
+def _warn_bf16(device) -> None:
+    global _warned_bf16
+    if not _warned_bf16:
+        _warned_bf16 = True
+        name = str(bf16_as).replace("torch.", "")
+        warnings.warn(f"dmlshim: {device} cannot hold bfloat16 (DirectML#688; failure_modes.md #8): "
+                      f"bfloat16 values there are computed as {name} (DMLSHIM_BF16=float32|float16|"
+                      "cpu; warned once)", RuntimeWarning, stacklevel=_caller_level())
 
 
 class CPUIslandWarning(UserWarning):

@@ -66,3 +66,99 @@ def test_an_overload_is_held_at_one_layer(every_fix):
         assert _select.chains()[op][0] == owner and not dispatcher.holds(op)
     for name in ("mul", "cat"):
         assert not hasattr(patches.MODULES[name], "_patches")     # no PatchSet: no wrapper
+
+
+# The dtypes patch's wrappers of calls that reach an aten op the net makes islands of, each
+# kept for what the net cannot see there (patches/dtypes.py's docstring).
+KEPT_WRAPPERS = {
+    ("Tensor", "to"): "the transfer policy: float64 moved to the device becomes float32, a complex "
+                      "Parameter raises; a cast there is the net's (_to_copy)",
+    ("Tensor", "type"): 'a type name ("torch.DoubleTensor") reaches _to_copy as a cast to the CPU',
+}
+# the Tensor methods that are casts: each reaches aten::_to_copy
+CASTS = {"to", "type", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf"}
+PREFIXES = {"torch.fft": "fft_", "torch.linalg": "linalg_", "torch.special": "special_"}
+DUNDERS = {"truediv": "div", "rtruediv": "div", "radd": "add", "rmul": "mul", "rpow": "pow"}
+
+
+def _aten_reached(owner, attr, original):
+    """The aten base names a wrapped ``owner.attr`` reaches: by name (``torch.fft.fft`` ->
+    ``fft_fft``, ``Tensor.__rsub__`` -> ``rsub``, a cast -> ``_to_copy``), plus the ops a
+    call of the original with one CPU tensor dispatches after torch's decompositions
+    (``linalg.eigvals`` -> ``_linalg_eigvals``), where such a call works."""
+    owner_name = getattr(owner, "__name__", "")
+    if isinstance(owner, type) and attr in CASTS:
+        names = {"_to_copy"}
+    else:
+        bare = attr.strip("_")
+        names = {PREFIXES.get(owner_name, "") + DUNDERS.get(bare, bare)}
+
+    class Seen(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            names.add(func._schema.name.split("::", 1)[1])
+            return func(*args, **(kwargs or {}))
+
+    for sample in (torch.randn(4, 4), torch.randn(4, 2)):
+        try:
+            with Seen():
+                original(sample)
+            break
+        except Exception:                          # it needs more arguments
+            continue
+    return names
+
+
+def test_islands_are_made_at_one_layer(every_fix):
+    """Issue 49: an aten op that makes a value the device cannot hold (complex, bfloat16,
+    float64) is made an island by the dispatcher net (``ISLANDS``, ``COMPOSITES``) or by a
+    Python wrapper of the dtypes patch, never both: no dtypes wrapper reaches an op the net
+    holds, but those of ``KEPT_WRAPPERS``.  Re-adding a wrapper of ``torch.fft.rfft``,
+    ``Tensor.cfloat`` or ``linalg.eigvals`` fails here."""
+    dtypes = patches.MODULES["dtypes"]
+    held = {op._schema.name.split("::", 1)[1] for op in dispatcher.ISLANDS} | set(dispatcher.COMPOSITES)
+    registered = {op._schema.name.split("::", 1)[1] for op in dispatcher._watched}
+    assert {"_to_copy", "_fft_r2c", "complex"} <= registered     # the net is on: it holds them now
+    wrapped = [(owner, attr, original) for owner, attr, _, original, _ in dtypes._patches._applied]
+    assert wrapped
+    both = {}
+    for owner, attr, original in wrapped:
+        key = (getattr(owner, "__name__", repr(owner)), attr)
+        reached = _aten_reached(owner, attr, original) & held
+        if reached and key not in KEPT_WRAPPERS:
+            both[key] = sorted(reached)
+    assert not both, "held by the net and wrapped by dtypes too"
+    names = {(getattr(owner, "__name__", repr(owner)), attr) for owner, attr, _ in wrapped}
+    assert set(KEPT_WRAPPERS) <= names                           # no stale exemption
+    for owner, attr in ((torch.fft, "rfft"), (torch._VF, "stft"), (torch, "complex"),
+                        (torch.linalg, "eigvals"), (torch.Tensor, "cfloat"), (torch.Tensor, "bfloat16")):
+        assert _aten_reached(owner, attr, getattr(owner, attr)) & held, (owner, attr)   # the rule sees them
+
+
+def test_the_net_gives_what_the_python_layer_gave(every_fix, dml_device, monkeypatch):
+    """The makers the dtypes patch no longer wraps: an ``Island`` result (or the device's, for
+    a real one), one ``CPUIslandWarning`` per op at the user's line, a report row of the aten
+    op, gradients back on the device, and DMLSHIM_BF16 for ``x.bfloat16()``."""
+    import warnings
+    from dmlshim import islands
+
+    monkeypatch.setattr(islands, "_warned", set())
+    x = torch.randn(2, 16).to(dml_device).requires_grad_()
+    with pytest.warns(islands.CPUIslandWarning, match="aten::fft_ifft") as caught:
+        spectrum = torch.fft.ifft(x)                  # a conj after _fft_r2c inside
+    assert caught[0].filename == __file__
+    assert islands.is_island(spectrum) and islands.home(spectrum) == dml_device
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", islands.CPUIslandWarning)
+        real = torch.stft(x, 8, 4, return_complex=False)
+        cast = x.cdouble()
+    assert real.device == dml_device and not islands.is_island(real)
+    assert islands.is_island(cast) and cast.dtype is torch.complex128
+    (spectrum.abs().sum() + real.sum()).backward()
+    assert x.grad.device == dml_device
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        bf16 = x.detach().bfloat16()
+    assert bf16.device == dml_device and bf16.dtype is islands.bf16_as is torch.float32
+    rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
+    assert rows["aten::fft_ifft"] == {"island": 1} and rows["aten::stft"] == {"island": 1}
+    assert rows["aten::_to_copy"].get("coerce") == 1

@@ -174,12 +174,24 @@ def _always(home, args, kwargs):
 def _to_copy_makes(home, args, kwargs):
     """``_to_copy`` to the device of a dtype it cannot hold: complex/bf16 from anywhere,
     float64 cast on the device (a CPU float64 *transfer* is the ``dtypes`` patch's float32
-    cast at the Python level; DirectML holds float64 data, it cannot compute on it)."""
+    cast at the Python level; DirectML holds float64 data, it cannot compute on it).  A
+    bfloat16 cast bound for the device (``x.bfloat16()``, ``softmax(dtype=)``'s) follows
+    DMLSHIM_BF16 (``islands.held_as``): made in its dtype there, a "coerce" row."""
     self, dtype = args[0], kwargs.get("dtype") or args[0].dtype
+    if dtype is torch.bfloat16 and islands.bf16_as is not None:
+        to = kwargs.get("device") or self.device
+        held = islands.held_as(dtype, to if isinstance(to, torch.device) else torch.device(to))
+        if held is not dtype:
+            op = _aten._to_copy.default
+            return Done(trace.call(op.name(), _coerced, op, args, dict(kwargs, dtype=held)))
     if dtype in islands.NEVER_HELD or (dtype is torch.float64 and not self.is_cpu
                                        and not devices.has_float64_support(home)):
         return args, (dict(kwargs, device=torch.device("cpu")) if "device" in kwargs else kwargs)
     return None
+
+
+def _coerced(func, args, kwargs):
+    return "coerce", func(*args, **kwargs)
 
 
 @_gate.watching(_gate.Watch(dtypes=frozenset({torch.float64})))
@@ -201,13 +213,15 @@ def _to_sparse_makes(home, args, kwargs):
     return None if args[0].is_cpu else (args, kwargs)
 
 
-# aten overload -> makes(home, args, kwargs) -> the (args, kwargs) to run on the CPU, or
-# None: a call that would create a value the device cannot hold runs there as a CPU
-# island (dmlshim.islands; failure_modes.md #7, #8, #9), however the op is reached (a
-# reference bound before activate(), torch.ops.aten, C++ composites: torch.stft,
-# softmax(dtype=torch.float64), float_power).  The dtypes patch does the same for Python
-# calls, with the island type kept on the result; here a C++ composite's result is a
-# plain CPU tensor.  Those that always make an island (``_always``) also sit at the
+# aten overload -> makes(home, args, kwargs) -> the (args, kwargs) to run on the CPU, a
+# ``Done`` (``_to_copy`` of bfloat16 under DMLSHIM_BF16), or None: a call that would create
+# a value the device cannot hold runs there as a CPU island (dmlshim.islands;
+# failure_modes.md #7, #8, #9), however the op is reached (a Python call, a reference bound
+# before activate(), torch.ops.aten, C++ composites).  The only layer of these ops (issue
+# 49): the dtypes patch wraps none of their Python entry points (tests/test_layers.py).
+# The ``Island`` a kernel here returns is the object its Python caller gets; a C++
+# composite whose decomposition goes on computing after it is in ``COMPOSITES`` (run whole
+# as an island, so its result keeps the island type too).  Those that always make an island (``_always``) also sit at the
 # Autograd key, so their backward goes through the CPU too (``_autograd_island_kernel``).
 ISLANDS: Dict[torch._ops.OpOverload, Callable] = {
     _aten._fft_r2c.default: _always, _aten._fft_c2c.default: _always,
@@ -225,13 +239,25 @@ ISLANDS: Dict[torch._ops.OpOverload, Callable] = {
     # torch >= 2.10: scaled matmul with a bfloat16 result
     **({_aten._scaled_mm_v2.default: _always} if hasattr(_aten, "_scaled_mm_v2") else {}),
 }
+# the torch.fft functions and stft: the island's complex result, or one the decomposition
+# made from it after the BackendSelect kernel's ``_fft_*`` (``ifft``'s ``conj``, ``fft2``'s
+# second pass, ``stft``'s ``view_as_real``), stays an island or goes home whole
+_COMPLEX_COMPOSITES = ("stft", *(f"fft_{n}" for n in (
+    "fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "rfft2", "rfftn", "irfft", "irfft2",
+    "irfftn", "hfft", "hfft2", "hfftn", "ihfft", "ihfft2", "ihfftn")))
+
+
 def _no_float64(home, args, kwargs):
     return not devices.has_float64_support(home)
 
 
-def _float64_dtype(home, args, kwargs):
-    return kwargs.get("dtype", args[2] if len(args) > 2 else None) is torch.float64 \
-        and not devices.has_float64_support(home)
+def _unheld_dtype(home, args, kwargs):
+    """``softmax``/``log_softmax`` asked for a dtype ``home`` cannot hold (float64 without
+    FP64, complex, bfloat16 under DMLSHIM_BF16=cpu; another bf16 policy computes in its dtype
+    on the device: ``_to_copy_makes``)."""
+    dtype = kwargs.get("dtype", args[2] if len(args) > 2 else None)
+    return dtype is not None and not islands.holdable(dtype, home) \
+        and (dtype is not torch.bfloat16 or islands.bf16_as is None)
 
 
 # CompositeImplicitAutograd ops (aten name -> needs(home, args, kwargs)) whose C++
@@ -246,10 +272,9 @@ def _float64_dtype(home, args, kwargs):
 # decomposition: a backend kernel outranks CompositeImplicitAutograd there, while the
 # Autograd key keeps ours.
 COMPOSITES: Dict[str, Callable] = {
-    **{n: lambda home, args, kwargs: True
-       for n in ("fft_irfft", "fft_irfft2", "fft_irfftn", "fft_hfft", "fft_hfft2", "fft_hfftn")},
+    **{n: lambda home, args, kwargs: True for n in _COMPLEX_COMPOSITES},
     "linalg_pinv": _no_float64, "pinverse": _no_float64, "linalg_matrix_rank": _no_float64,
-    "float_power": _no_float64, "softmax": _float64_dtype, "log_softmax": _float64_dtype,
+    "float_power": _no_float64, "softmax": _unheld_dtype, "log_softmax": _unheld_dtype,
 }
 
 
@@ -280,8 +305,7 @@ GATES: Dict[str, str] = {
     "index": "index", "_index_put_impl_": "index",
     "_to_copy": "_to_copy", "_scaled_mm_v2": "bfloat16",
     **{n: "complex" for n in ("_fft_r2c", "_fft_c2c", "_fft_c2r", "complex", "polar", "linalg_eig",
-                              "_linalg_eigvals", "view_as_complex", "fft_irfft", "fft_irfft2",
-                              "fft_irfftn", "fft_hfft", "fft_hfft2", "fft_hfftn")},
+                              "_linalg_eigvals", "view_as_complex", *_COMPLEX_COMPOSITES)},
     **{n: "float64" for n in ("full", "linalg_pinv", "pinverse", "linalg_matrix_rank",
                               "float_power", "softmax", "log_softmax")},
     **{n: "sparse" for n in ("_to_sparse", "_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr",
@@ -438,6 +462,8 @@ def _island_kernel(op, makes, backend, target: str, name: str):
         if (keyset.has(backend) or device is not None or from_islands) and not busy():
             home = _home(keyset, backend, target, device, from_islands, args, kwargs)
             run = makes(home, args, kwargs) if home is not None else None
+            if type(run) is Done:
+                return run.result
             if run is not None:
                 return islands.run(op, *run, home, op=name)
             fixed = _hooked(base, op, args, kwargs) if hooked and home is not None else None
@@ -533,6 +559,7 @@ def install(ctx: Context) -> None:
     backend = backend_key(ctx.target)
     if _library is not None or backend is None:
         return
+    islands.bf16_policy(ctx.bf16, ctx.target)          # what _to_copy_makes casts bf16 to
     library = torch.library.Library("aten", "IMPL")
     on = lambda op: ctx.enabled(gate(op))               # noqa: E731
     for op, fix in filter(lambda item: on(item[0]), FIXES.items()):

@@ -2,15 +2,22 @@
 
 complex / bfloat16 abort the process (DirectML#688, #421, #704; failure_modes.md #8,
 #9); float64 fails on most consumer GPUs (DirectML#430, #396, #438, #699; #7), and
-counts only where ``devices.has_float64_support(device)`` is False.  This patch wraps
-the entry points that *create* such values from device tensors (complex-making ops,
-casts, ``dtype=`` arguments, sparse tensors: #30) and runs them under the CPU-island
-rule (``dmlshim.islands``).  ``Tensor.to(device)`` of float64 gives float32 with one
-warning; a complex ``Parameter`` moved to the device raises ``TypeError``.
+counts only where ``devices.has_float64_support(device)`` is False.
 
-bfloat16 follows ``DMLSHIM_BF16`` (docs/fun-asr-nano.md): ``float32`` (default) or
-``float16`` casts every bf16 value bound for the device to that dtype there (one warning);
-``cpu`` keeps bf16 as a CPU island.
+One layer per op (issue 49): the aten ops that make such values whatever the Python call
+(``torch.fft.*``, ``stft``, ``complex``, ``polar``, ``view_as_complex``, ``linalg.eig``,
+``float_power``, ``softmax(dtype=)``, the casts ``cfloat``/``double``/``bfloat16`` that reach
+``_to_copy``) are the dispatcher net's alone (``patches/dispatcher.py``: ``ISLANDS``,
+``COMPOSITES``).  This patch wraps only the Python calls the net cannot tell apart and
+runs them under the CPU-island rule (``dmlshim.islands``): ``Tensor.to``'s transfer policy
+(float64 moved to the device becomes float32 with one warning; a complex ``Parameter``
+raises ``TypeError``), ``Tensor.type`` (a type name such as ``"torch.DoubleTensor"`` reaches
+``_to_copy`` as a cast to the CPU), ``dtype=`` of the reductions and ``view``, and arithmetic
+with a Python complex scalar (``x * 1j``).
+
+bfloat16 follows ``DMLSHIM_BF16`` (docs/fun-asr-nano.md; ``islands.held_as``): ``float32``
+(default) or ``float16`` casts every bf16 value bound for the device to that dtype there
+(one warning); ``cpu`` keeps bf16 as a CPU island.
 
 The full list of creators and transfer rules: docs/internals.md ("dtypes and islands")."""
 from __future__ import annotations
@@ -19,7 +26,7 @@ import warnings
 
 import torch
 
-from .. import devices, fallback, islands
+from .. import fallback, islands
 from . import _gate
 from ._wrap import Context, PatchSet
 from ._patch import FALLBACK_MODES, Patch
@@ -32,47 +39,16 @@ _patches = PatchSet(__name__)
 
 _SPECIAL = islands.SPECIAL
 
-# ops that take a ``dtype=`` (also positionally) to compute in
-_DTYPE_OPS = ("cumsum", "cumprod", "sum", "nansum", "mean", "prod", "softmax", "log_softmax")
-# (owner, names) whose results are complex (or float64) whatever their arguments
-_FFT_REAL = ("fftfreq", "rfftfreq", "fftshift", "ifftshift")
-
-
-def _complex_makers():
-    fft = [(torch.fft, n) for n, f in vars(torch.fft).items()
-           if not n.startswith("_") and callable(f) and n not in _FFT_REAL
-           and type(f).__name__ == "builtin_function_or_method"]
-    return fft + [(torch._VF, "stft"), (torch, "complex"), (torch, "polar"),
-                  (torch, "view_as_complex"), (torch.linalg, "eig"), (torch.linalg, "eigvals"),
-                  (torch, "float_power"), (torch.Tensor, "float_power"),
-                  (torch.Tensor, "cfloat"), (torch.Tensor, "cdouble"), (torch.Tensor, "bfloat16"),
-                  (torch.Tensor, "double")]
-
+# ops that take a ``dtype=`` (also positionally) to compute in.  Not softmax/log_softmax:
+# the net's COMPOSITES hold those (their ``_to_copy`` to the dtype comes first inside).
+_DTYPE_OPS = ("cumsum", "cumprod", "sum", "nansum", "mean", "prod")
+# Not here (issue 49): the complex makers (torch.fft.*, torch._VF.stft, complex, polar,
+# view_as_complex, linalg.eig/eigvals, float_power) and the casts cfloat/cdouble/double/
+# bfloat16: the dispatcher net's ISLANDS/COMPOSITES make those islands however they are
+# reached (tests/test_layers.py holds the two layers apart).
 
 _warned_float64 = False
-_BF16_AS = {"float32": torch.float32, "float16": torch.float16, "cpu": None}
-_bf16_as = torch.float32        # what bf16 becomes on the target (None: CPU islands)
-_warned_bf16 = False
-
-
-def _held(dtype, device):
-    """The dtype a ``dtype`` value gets on ``device``: bfloat16 -> the DMLSHIM_BF16
-    choice on the target device; every other dtype (and policy ``cpu``) unchanged."""
-    if dtype is torch.bfloat16 and _bf16_as is not None and device is not None \
-            and device.type == _target:
-        _warn_bf16(device)
-        return _bf16_as
-    return dtype
-
-
-def _warn_bf16(device):
-    global _warned_bf16
-    if not _warned_bf16:
-        _warned_bf16 = True
-        name = str(_bf16_as).replace("torch.", "")
-        warnings.warn(f"dmlshim: {device} cannot hold bfloat16 (DirectML#688; failure_modes.md #8): "
-                      f"bfloat16 values there are computed as {name} (DMLSHIM_BF16=float32|float16|"
-                      "cpu; warned once)", RuntimeWarning, stacklevel=6)
+_held = islands.held_as         # bfloat16 -> DMLSHIM_BF16's dtype on the target
 
 
 def _parse_to(args, kwargs):
@@ -172,20 +148,16 @@ def _island(func, args, kwargs, home):
     return islands.run(func, args, kwargs, home, traced=False)
 
 
-def _creator_handle(makes_special: bool):
-    """``makes_special``: the op's result is complex/float64 whatever it is asked."""
+def _creator_handle():
+    """A call asked for a dtype (``dtype=``, positional, a type name) the device cannot hold."""
     def handle(func, args, kwargs):
         home = fallback.device_of(args, kwargs, _target)
         dtype = _requested_dtype(args[1:] if args else args, kwargs)
         name = getattr(func, "__name__", "")
-        if name == "bfloat16" and _held(torch.bfloat16, home) is not torch.bfloat16:
-            return "coerce", args[0].to(_bf16_as)
         if dtype is torch.bfloat16 and name != "view" and _held(dtype, home) is not dtype:
-            return "coerce", func(*_swap_dtype(args, dtype, _bf16_as),
-                                  **_swap_dtype(kwargs, dtype, _bf16_as))
-        if makes_special or (dtype is not None and not islands.holdable(dtype, home)):
-            if makes_special and not _needs_island(func, home):
-                return "pass", func(*args, **kwargs)
+            return "coerce", func(*_swap_dtype(args, dtype, islands.bf16_as),
+                                  **_swap_dtype(kwargs, dtype, islands.bf16_as))
+        if dtype is not None and not islands.holdable(dtype, home):
             return "island", _island(func, args, kwargs, home)
         return "pass", func(*args, **kwargs)
     return handle
@@ -202,12 +174,6 @@ def _swap_dtype(args, old, new):
     if isinstance(args, dict):
         return {k: swap(v) for k, v in args.items()}
     return tuple(swap(a) for a in args)
-
-
-def _needs_island(func, home) -> bool:
-    # float64 makers are fine on a device with float64; complex/bf16 never are
-    name = getattr(func, "__name__", "")
-    return name not in ("double", "float_power") or not devices.has_float64_support(home)
 
 
 def _dtype_select(ctx: Context):
@@ -234,17 +200,6 @@ def _type_select(ctx: Context):
     return select
 
 
-def _island_select(ctx: Context):
-    """Any tensor argument (self included) on the target device."""
-    target = ctx.target
-
-    def select(instance, args, kwargs):
-        if isinstance(instance, torch.Tensor):
-            return not instance.is_cpu and instance.device.type == target
-        return fallback.device_of(args, kwargs, target) is not None
-    return select
-
-
 def creates(kwargs: dict, args: tuple, target: str):
     """The device whose island a call with ``dtype=`` in ``kwargs`` makes, else None.
 
@@ -263,7 +218,7 @@ def creates(kwargs: dict, args: tuple, target: str):
 def run_creator(func, args, kwargs, home, *, op: str = ""):
     """Run a factory or op asked for ``dtype=`` a special dtype as an island of ``home``."""
     if _held(kwargs.get("dtype"), home) is not kwargs.get("dtype"):     # bf16 -> DMLSHIM_BF16
-        return func(*args, **dict(kwargs, dtype=_bf16_as))
+        return func(*args, **dict(kwargs, dtype=islands.bf16_as))
     if "device" in kwargs:
         kwargs = dict(kwargs, device="cpu")
     return islands.run(func, args, kwargs, home, op=op)
@@ -303,10 +258,9 @@ _target = "privateuseone"
 
 
 def install(ctx: Context) -> None:
-    global _target, _bf16_as, _warned_bf16
+    global _target
     _target = ctx.target
-    _bf16_as = _BF16_AS[ctx.bf16]
-    _warned_bf16 = False                       # one warning per activation
+    islands.bf16_policy(ctx.bf16, ctx.target)  # the net's install too; one warning per activation
     # these selects are False for a call of plain values and device tensors of held dtypes (a
     # special dtype, a complex number, a str or device is no plain value): the front passes
     # such a call by in C (device=)
@@ -316,18 +270,14 @@ def install(ctx: Context) -> None:
     for name in _DTYPE_OPS:
         for owner in (torch, torch.Tensor):
             if hasattr(owner, name):
-                _patches.intercept(ctx, owner, name, _creator_handle(False), select=dtype_select, device=nothing)
-    _patches.intercept(ctx, torch.Tensor, "view", _creator_handle(False), select=dtype_select, device=nothing)
-    _patches.intercept(ctx, torch.Tensor, "type", _creator_handle(False), select=_type_select(ctx),
+                _patches.intercept(ctx, owner, name, _creator_handle(), select=dtype_select, device=nothing)
+    _patches.intercept(ctx, torch.Tensor, "view", _creator_handle(), select=dtype_select, device=nothing)
+    _patches.intercept(ctx, torch.Tensor, "type", _creator_handle(), select=_type_select(ctx),
                        device=nothing)
     scalar_select = _complex_scalar_select(ctx)
     for owner, names in _SCALAR_OPS:
         for name in names:
             _patches.intercept(ctx, owner, name, _complex_scalar_handle, select=scalar_select, device=nothing)
-    island_select = _island_select(ctx)
-    for owner, name in _complex_makers():
-        if hasattr(owner, name):
-            _patches.intercept(ctx, owner, name, _creator_handle(True), select=island_select)
 
 
 def uninstall() -> None:
