@@ -1,6 +1,7 @@
 """One defect, one layer (issue 49): the registry imports every fix statically, the
-infrastructure imports none, and an aten overload is held at one layer only (a BackendSelect
-chain of fixes, or the dispatcher net), with every fix on."""
+infrastructure imports none, an aten overload is held at one layer only (a BackendSelect
+chain of fixes, or the dispatcher net), and no defect's fixes wrap a Python entry point that
+reaches an op they also hold at the dispatcher (islands included), with every fix on."""
 import ast
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 import dmlshim
-from dmlshim import generate, patches
+from dmlshim import catalogue, generate, patches
 from dmlshim.patches import _select, dispatcher
 
 from test_import_cycles import _imported, _modules
@@ -78,7 +79,8 @@ KEPT_WRAPPERS = {
 # the Tensor methods that are casts: each reaches aten::_to_copy
 CASTS = {"to", "type", "double", "float", "half", "bfloat16", "cfloat", "cdouble", "chalf"}
 PREFIXES = {"torch.fft": "fft_", "torch.linalg": "linalg_", "torch.special": "special_"}
-DUNDERS = {"truediv": "div", "rtruediv": "div", "radd": "add", "rmul": "mul", "rpow": "pow"}
+DUNDERS = {"truediv": "div", "rtruediv": "div", "radd": "add", "rmul": "mul", "rpow": "pow",
+           "iadd": "add_", "isub": "sub_", "imul": "mul_", "itruediv": "div_"}
 
 
 def _aten_reached(owner, attr, original):
@@ -162,3 +164,49 @@ def test_the_net_gives_what_the_python_layer_gave(every_fix, dml_device, monkeyp
     rows = {r["op"]: r["actions"] for r in dmlshim.report().rows}
     assert rows["aten::fft_ifft"] == {"island": 1} and rows["aten::stft"] == {"island": 1}
     assert rows["aten::_to_copy"].get("coerce") == 1
+
+
+# Python wrappers of a fix that reach an aten op the same defect's fixes hold at the dispatcher,
+# each for what only a Python entry point sees (a decision, not a second fix of the op)
+TWO_LAYERS = {
+    **{("dtypes", *key): reason for key, reason in KEPT_WRAPPERS.items()},
+    ("int_range", "Tensor", "scatter_"): "asks, above every kernel, whether self is memory empty_like "
+                                        "made and nothing wrote since (its version unmoved); the "
+                                        "scatter itself is the chain's",
+    **{("int_range", "Tensor", name): "the span after the write, once the version has settled (it moves "
+                                      "after the kernels return); the op itself is the chain's"
+       for name in ("__iadd__", "__isub__")},
+}
+
+
+def test_a_defect_is_fixed_at_one_layer(every_fix):
+    """Issue 49: for every defect, no Python wrapper of one of its fixes reaches an aten op that
+    its fixes also hold at the dispatcher (a chain of fixes or the net's gate), but those of
+    ``TWO_LAYERS``, each with its reason: a defect is fixed once, at one layer."""
+    base = lambda op: op._schema.name.split("::", 1)[1]       # noqa: E731
+    held: dict = {}                                          # fix name -> aten base names
+    for op, owners in _select.chains().items():
+        for owner in owners:
+            held.setdefault(owner, set()).add(base(op))
+    for op in dispatcher._watched:
+        held.setdefault(dispatcher.gate(op), set()).add(base(op))
+    reached, both, exempted, checked = {}, {}, set(), 0
+    for defect in catalogue.DEFECTS:
+        at_dispatcher = set().union(*(held.get(fix, set()) for fix in defect.fixes))
+        for fix in defect.fixes:
+            patch_set = getattr(patches.MODULES.get(fix), "_patches", None)
+            if patch_set is None or fix == "auto":           # auto: the retry and error layer
+                continue
+            for owner, attr, _, original, _ in patch_set._applied:
+                key = (fix, getattr(owner, "__name__", repr(owner)), attr)
+                if key not in reached:
+                    reached[key] = _aten_reached(owner, attr, original)
+                checked += 1
+                if reached[key] & at_dispatcher:
+                    if key in TWO_LAYERS:
+                        exempted.add(key)
+                    else:
+                        both.setdefault(defect.name, []).append((key, sorted(reached[key] & at_dispatcher)))
+    assert checked > 100                                      # the check checks something
+    assert not both, "a defect fixed at two layers"
+    assert exempted == set(TWO_LAYERS)                        # no stale exemption
