@@ -16,9 +16,15 @@ holds exactly (a bool mask cast to float, a sum of one, within 2**24 for float32
 
 Not seen: a write through ``.data`` (another version counter) or through memory torch does
 not track; an inference tensor has no version, so none is kept for one.
+
+No lock, though autograd's threads write here too: each table entry is one dict item,
+replaced whole (atomic under the GIL), every read checks the entry's weak reference and
+version, and a dead tensor's callback drops only its own entry (:func:`_drop`), so a race can
+lose a span (then read again) but never lend one tensor's span to another.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Dict, Optional, Tuple
 
@@ -71,7 +77,7 @@ def remember(t, span: Optional[Span], exact: bool = False) -> None:
     version = _version(t)
     if version is not None:
         key = id(t)
-        _known[key] = (weakref.ref(t, lambda _, key=key: _known.pop(key, None)), version, span, exact)
+        _known[key] = (weakref.ref(t, functools.partial(_drop, _known, key)), version, span, exact)
 
 
 # id(base) -> (weak reference, version, rest, length, stride, {storage offset: span}): the
@@ -197,7 +203,7 @@ def remember_region(base: torch.Tensor, key, span: Optional[Span], before: Optio
         _regions.pop(id(base), None)
         return
     written[offset] = span
-    ref = weakref.ref(base, lambda _, key=id(base): _regions.pop(key, None))
+    ref = weakref.ref(base, functools.partial(_drop, _regions, id(base)))
     _regions[id(base)] = (ref, now, rest, n, stride, written)
 
 
@@ -243,7 +249,7 @@ def mark_unwritten(t: torch.Tensor) -> None:
     version = _version(t) if isinstance(t, torch.Tensor) and not t.is_cpu else None
     if version is not None:
         key = id(t)
-        _unwritten[key] = (weakref.ref(t, lambda _, key=key: _unwritten.pop(key, None)), version)
+        _unwritten[key] = (weakref.ref(t, functools.partial(_drop, _unwritten, key)), version)
 
 
 def unwritten(t: torch.Tensor) -> bool:
@@ -266,6 +272,14 @@ def forget_all() -> None:
     _known.clear()
     _regions.clear()
     _unwritten.clear()
+
+
+def _drop(table: dict, key: int, ref: weakref.ref) -> None:
+    """A dead tensor's entry out of ``table``: only while it is still that tensor's (another
+    tensor given the same ``id`` since, on another thread, keeps its own)."""
+    entry = table.get(key)
+    if entry is not None and entry[0] is ref:
+        table.pop(key, None)
 
 
 def _version(t: torch.Tensor) -> Optional[int]:

@@ -3,6 +3,7 @@ fix decides by (laws/integers.py), its selectivity (values within the exact span
 device), and a property test of the fix against the CPU.  The repro both ways is ``test_observed_silent``'s
 (``int_range``).  The tests without the marker run on the real device too."""
 import os
+import weakref
 
 import pytest
 import torch
@@ -715,3 +716,18 @@ def test_a_number_added_into_a_view_in_place_keeps_the_laws_way(dml_device, shim
     dmlshim.trace.reset()
     assert_parity(work(dml_device), work(torch.device("cpu")))
     assert "aten::add_.Tensor" in host_reads()
+
+
+def test_a_dead_tensors_callback_drops_only_its_own_span(dml_device):
+    """``ranges`` keeps no lock: a tensor's weak-reference callback, run late (on another
+    thread, after its ``id`` went to a new tensor), leaves the new tensor's span alone."""
+    from dmlshim import ranges
+    old = torch.arange(4).to(dml_device)
+    ranges.remember(old, (0, 3))
+    key, (old_ref, *_) = id(old), ranges._known[id(old)]
+    new = torch.arange(5).to(dml_device)
+    ranges._known[key] = (weakref.ref(new), ranges._version(new), (0, 4), True)   # the id reused
+    ranges._drop(ranges._known, key, old_ref)
+    assert ranges._known[key][2] == (0, 4)
+    ranges._drop(ranges._known, key, ranges._known[key][0])
+    assert key not in ranges._known
