@@ -11,7 +11,7 @@ Variants, timed interleaved (benchmarks/timing.py), seconds per forward:
 * ``cpu+shim``       the same with dmlshim active: the cost of the wrappers' fast path
 * ``emulated``       the model on the emulated DirectML device, dmlshim inactive
 * ``emulated+shim``  the same with dmlshim active (the noise then comes from the CPU
-                     generator and is copied over: patches/gfpgan.py)
+                     generator and is copied over: integrations/gfpgan.py)
 
 The emulator computes on this CPU, so ``emulated / cpu`` is the emulator's overhead, not a
 GPU speed-up; ``emulated+shim / emulated`` is what dmlshim adds on a DirectML device.

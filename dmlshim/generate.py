@@ -1,7 +1,8 @@
 """``python -m dmlshim generate [--check]``: write the files made from the code.
 
-Two pieces are generated, never typed: the patch registry's ``from . import`` list (every
-module of ``dmlshim/patches/``, so a new fix module is found without editing the registry)
+Two pieces are generated, never typed: the patch registry's ``from . import`` lists (every
+module of ``dmlshim/patches/`` and ``dmlshim/integrations/``, so a new one is found without
+editing the registry)
 and the defect tables of docs/defects.md (``catalogue.markdown_table()``).  ``--check``
 writes nothing and exits 1 when either is stale (the tests call :func:`stale`).
 """
@@ -23,15 +24,24 @@ _TABLES = re.compile(r"(<!-- BEGIN generated: catalogue.markdown_table\(\) -->\n
                      r"(<!-- END generated -->\n)", re.S)
 
 
-def patch_modules() -> List[str]:
-    """The names of ``dmlshim/patches/``'s patch modules (``_``-prefixed ones are its helpers)."""
-    return sorted(p.stem for p in (PACKAGE / "patches").glob("*.py") if not p.stem.startswith("_"))
+# the folders of patch modules, and how the registry (dmlshim/patches/__init__.py) imports each
+FOLDERS = {"patches": "from . import", "integrations": "from ..integrations import"}
+
+
+def patch_modules(folder: str = "") -> List[str]:
+    """The names of the patch modules in ``dmlshim/<folder>/`` (every folder of
+    :data:`FOLDERS` if none; ``_``-prefixed modules are helpers)."""
+    return sorted(p.stem for f in ([folder] if folder else FOLDERS) for p in (PACKAGE / f).glob("*.py")
+                  if not p.stem.startswith("_"))
 
 
 def _imports() -> str:
-    names = textwrap.fill(", ".join(patch_modules()), width=96, initial_indent="    ",
-                          subsequent_indent="    ", break_on_hyphens=False)
-    return f"from . import (  # noqa: E402, F401  (read through globals() below)\n{names})\n"
+    lines = []
+    for folder, statement in FOLDERS.items():
+        names = textwrap.fill(", ".join(patch_modules(folder)), width=96, initial_indent="    ",
+                              subsequent_indent="    ", break_on_hyphens=False)
+        lines.append(f"{statement} (  # noqa: E402, F401  (read through globals() below)\n{names})\n")
+    return "".join(lines)
 
 
 def _tables() -> str:

@@ -141,7 +141,7 @@ def test_noise_comes_from_the_cpu_generator(dml_device, gfpgan_lib, rule, assert
 def test_noise_size_matches_styleconv(gfpgan_lib):
     """The noise the shim makes has the shape StyleConv's own new_empty() would get."""
     from gfpgan.archs import stylegan2_bilinear_arch, stylegan2_clean_arch
-    from dmlshim.patches.gfpgan import noise_size
+    from dmlshim.integrations.gfpgan import noise_size
 
     for arch in (stylegan2_clean_arch, stylegan2_bilinear_arch):
         for mode in ("upsample", None, "downsample"):
@@ -356,7 +356,7 @@ for step in {steps!r}:
         __import__(step)
 import gfpgan, facexlib, basicsr, dmlshim
 from dmlshim import patches
-from dmlshim.patches import facexlib as fx_patch, gfpgan as gf_patch
+from dmlshim.integrations import facexlib as fx_patch, gfpgan as gf_patch
 
 def owner(module, attr):
     obj = sys.modules[module]

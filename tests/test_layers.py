@@ -17,7 +17,7 @@ from test_import_cycles import _imported, _modules
 ROOT = Path(dmlshim.__file__).parent
 # Fixes: every registry patch but the net, which is infrastructure too (fix_kernel, the net's
 # kernels); tools that read auto's failure records for their reports (not on a call's path).
-FIXES = {f"dmlshim.patches.{p.name}" for p in patches.REGISTRY} - {"dmlshim.patches.dispatcher"}
+FIXES = {patches.MODULES[p.name].__name__ for p in patches.REGISTRY} - {"dmlshim.patches.dispatcher"}
 TOOLS = {"dmlshim.check", "dmlshim.conformance"}
 
 
@@ -26,13 +26,14 @@ def test_the_registry_imports_every_fix_statically():
     ``python -m dmlshim generate`` writes from the folder): a reader follows REGISTRY to each
     fix; nothing is loaded by name, and each module declares its own ``PATCH``."""
     tree = ast.parse((ROOT / "patches" / "__init__.py").read_text(encoding="utf-8"))
-    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1
-                and node.module is None for alias in node.names}
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.level, node.module) in ((1, None), (2, "integrations")) for alias in node.names}
     assert {p.name for p in patches.REGISTRY} == set(generate.patch_modules()) <= imported
     assert not generate.stale(), "run: python -m dmlshim generate"
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "import_module"]
     assert not calls
-    assert all(patches.MODULES[p.name].__name__ == f"dmlshim.patches.{p.name}" for p in patches.REGISTRY)
+    assert all(patches.MODULES[p.name].__name__ in (f"dmlshim.patches.{p.name}", f"dmlshim.integrations.{p.name}")
+               for p in patches.REGISTRY)
 
 
 def test_infrastructure_imports_no_fix():

@@ -121,7 +121,7 @@ def test_libraries_imported_before_activate(tmp_path):
     assert out["raw"]["installed"] == []
     # basicsr 1.4.2 imports torchvision.transforms.functional_tensor, gone since
     # torchvision 0.17 (tdml 0.2.5 pins 0.19.1): gfpgan imports only once activate()
-    # has put the alias in place (patches/basicsr.py).
+    # has put the alias in place (integrations/basicsr.py).
     if importlib.util.find_spec("torchvision.transforms.functional_tensor") is None:
         assert "functional_tensor" in out["gfpgan_import_error"]
         assert out["raw"]["gfpgan_wrapped"] is None

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from .. import patches
 from . import by_name, topic_of
 from .defect import Defect
 
@@ -47,7 +48,8 @@ def fixes(defect: Defect) -> List[Tuple[str, str]]:
     for fix in defect.fixes:
         kind, _, entry = fix.rpartition(":")
         module = kind or entry
-        where = f"dmlshim/patches/{module}.py"
+        found = patches.MODULES.get(module)
+        where = _rel(found.__file__) if found is not None else f"dmlshim/patches/{module}.py"
         out.append((fix, where + (f" ({'net entry' if kind == 'dispatcher' else 'group'} {entry})" if kind else "")))
     return out
 

@@ -34,17 +34,19 @@ from . import _caller  # noqa: F401
 # fix, and nothing is loaded by name.  None imports its third-party library at its top level.
 # BEGIN generated patch modules
 from . import (  # noqa: E402, F401  (read through globals() below)
-    adaptive_pool, arange_float32, auto, autocast, avg_pool_ceil, basicsr, batch_norm_stats,
+    adaptive_pool, arange_float32, auto, autocast, avg_pool_ceil, batch_norm_stats,
     batched_tril_triu, bmm_cpu_operand, bool_exp2, bool_minmax, broadcast_copy, cat, cdist,
     channels_last, combinations, conv_transpose_padding, copy_to_cpu, cpu_dtype_copy,
     dispatcher, dropout_backward, dtypes, empty_broadcast, empty_layer_norm, empty_reduction,
-    empty_unary, facexlib, fallback_out, flip_dims, funasr, gather, gfpgan, inference_mode,
-    int_addmm, int_broadcast, int_pow_zero, int_range, jit, layer_norm, lazy_modules,
-    legacy_new, linspace_int, load, losses, masked_fill_rank, masked_select, max_pool_ceil,
-    max_pool_indices, max_pool_unbatched, mul, nan_reductions, nan_sort, non_blocking_copy,
-    offset_views, out_resize, pad, pad_negative, pad_unbatched, pad_value, pad_zero, prelu,
-    rank_limit, refused, repeat, rnn, scatter_repeated, softplus_beta, sort_scalar, unique,
-    unique_bytes, upsample_bilinear, upsample_nearest, var_correction, vector_norm)
+    empty_unary, fallback_out, flip_dims, gather, inference_mode, int_addmm, int_broadcast,
+    int_pow_zero, int_range, jit, layer_norm, lazy_modules, legacy_new, linspace_int, load,
+    losses, masked_fill_rank, masked_select, max_pool_ceil, max_pool_indices,
+    max_pool_unbatched, mul, nan_reductions, nan_sort, non_blocking_copy, offset_views,
+    out_resize, pad, pad_negative, pad_unbatched, pad_value, pad_zero, prelu, rank_limit,
+    refused, repeat, rnn, scatter_repeated, softplus_beta, sort_scalar, unique, unique_bytes,
+    upsample_bilinear, upsample_nearest, var_correction, vector_norm)
+from ..integrations import (  # noqa: E402, F401  (read through globals() below)
+    basicsr, facexlib, funasr, gfpgan)
 # END generated patch modules
 
 # Each module's PATCH, by name: the order's source, kept whole (a test that installs fewer

@@ -20,9 +20,9 @@ import time
 import torch
 
 from .. import trace
-from ._wrap import Context, PatchSet
+from ..patches._wrap import Context, PatchSet
 from .facexlib import default_device
-from ._patch import Patch
+from ..patches._patch import Patch
 
 PATCH = Patch("gfpgan", "GFPGANer device default; StyleGAN2 noise from the CPU generator (no device "
                         "Generator, failure_modes.md #35); log the RuntimeError GFPGANer.enhance swallows",

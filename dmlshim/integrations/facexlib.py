@@ -21,8 +21,8 @@ import sys
 import torch
 
 from .. import devices
-from ._wrap import Context, PatchSet
-from ._patch import Patch
+from ..patches._wrap import Context, PatchSet
+from ..patches._patch import Patch
 
 PATCH = Patch("facexlib", "facexlib's device defaults know only CUDA: calls without device= get "
                           "select_device()", imports=("facexlib",))

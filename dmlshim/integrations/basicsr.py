@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from ._patch import Patch
+from ..patches._patch import Patch
 
 PATCH = Patch("basicsr", "basicsr 1.4.2 imports torchvision.transforms.functional_tensor, removed in "
                          "torchvision 0.17 (tdml 0.2.5 pins 0.19.1, failure_modes.md #37): alias it",

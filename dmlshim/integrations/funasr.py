@@ -14,8 +14,8 @@ docs/fun-asr-nano.md.
 """
 from __future__ import annotations
 
-from ._wrap import Context, PatchSet
-from ._patch import Patch
+from ..patches._wrap import Context, PatchSet
+from ..patches._patch import Patch
 
 PATCH = Patch("funasr", "funasr's CTC prefix scorer (CTCPrefixScoreTH) takes every non-CUDA tensor for a "
                         "CPU tensor: device mismatch on DirectML with decoding_ctc_weight > 0 (issue 20)",
