@@ -13,6 +13,10 @@ Variants, timed interleaved (benchmarks/timing.py), seconds per utterance:
                      The emulator computes on this CPU, so the ratio is the emulator's
                      and the shim's overhead, not a GPU speed-up.
 
+The two ``+shim`` variants run with the compiled gate where it is built, and again with
+``DMLSHIM_GATE=python`` (``..., gate: python``): the fixes' kernels in Python, what a user
+without a C++ compiler gets (issue 48).
+
 One extra traced pass per case reads ``dmlshim.report()``: the share of the
 utterance's wall time spent inside shim wrappers (this includes the CPU work of the
 ops they send to the CPU, e.g. the LSTMs, and the copies), split into dmlshim's
@@ -85,12 +89,14 @@ def main():
         def run(model):
             return lambda: model.generate(audio, hotword=hotword)
 
+        compiled, python = timing.activated("auto"), timing.activated("python")
         timings = timing.measure(
-            {"cpu": run(cpu_model), "cpu+shim": run(cpu_model), "emulated+shim": run(dev_model)},
-            setup={"cpu": dmlshim.deactivate, "cpu+shim": dmlshim.activate,
-                   "emulated+shim": dmlshim.activate},
+            {"cpu": run(cpu_model), "cpu+shim": run(cpu_model), "cpu+shim, gate: python": run(cpu_model),
+             "emulated+shim": run(dev_model), "emulated+shim, gate: python": run(dev_model)},
+            setup={"cpu": dmlshim.deactivate, "cpu+shim": compiled, "cpu+shim, gate: python": python,
+                   "emulated+shim": compiled, "emulated+shim, gate: python": python},
             repeats=repeats, warmup=1)
-        dmlshim.activate()
+        compiled()
         wall, report, result = timing.traced(run(dev_model))
         dmlshim.deactivate()
         reference = cpu_model.generate(audio, hotword=hotword)

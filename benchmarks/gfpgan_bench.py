@@ -13,6 +13,8 @@ Variants, timed interleaved (benchmarks/timing.py), seconds per forward:
 * ``emulated+shim``  the same with dmlshim active (the noise then comes from the CPU
                      generator and is copied over: integrations/gfpgan.py)
 
+The two ``+shim`` variants run with the compiled gate where it is built, and again with
+``DMLSHIM_GATE=python`` (``..., gate: python``): what a user without a C++ compiler gets.
 The emulator computes on this CPU, so ``emulated / cpu`` is the emulator's overhead, not a
 GPU speed-up; ``emulated+shim / emulated`` is what dmlshim adds on a DirectML device.
 One extra traced pass reads ``dmlshim.report()``: the share of the forward's wall time
@@ -83,12 +85,17 @@ def main():
                 return model(x, return_rgb=False)[0]
         return run
 
+    compiled, python = timing.activated("auto"), timing.activated("python")
     timings = timing.measure(
         {"cpu": forward(cpu_model, x_cpu), "cpu+shim": forward(cpu_model, x_cpu),
-         "emulated": forward(dev_model, x_dev), "emulated+shim": forward(dev_model, x_dev)},
-        setup={"cpu": dmlshim.deactivate, "cpu+shim": dmlshim.activate,
-               "emulated": dmlshim.deactivate, "emulated+shim": dmlshim.activate},
+         "cpu+shim, gate: python": forward(cpu_model, x_cpu),
+         "emulated": forward(dev_model, x_dev), "emulated+shim": forward(dev_model, x_dev),
+         "emulated+shim, gate: python": forward(dev_model, x_dev)},
+        setup={"cpu": dmlshim.deactivate, "cpu+shim": compiled, "cpu+shim, gate: python": python,
+               "emulated": dmlshim.deactivate, "emulated+shim": compiled,
+               "emulated+shim, gate: python": python},
         repeats=repeats, warmup=0 if args.quick else 1)
+    compiled()
 
     dmlshim.activate()
     torch.manual_seed(1)

@@ -48,6 +48,18 @@ def measure(funcs, *, repeats=15, warmup=2, number=1, setup=None):
     return {name: Timing.of(s) for name, s in samples.items()}
 
 
+def activated(gate):
+    """A ``setup`` fn: dmlshim active with gate ``gate`` (``DMLSHIM_GATE``: ``"auto"``, the
+    compiled gate where it is built; ``"python"``, a machine without a C++ compiler), so one
+    process times both side by side; ``"auto"`` puts the default back."""
+    def setup():
+        import dmlshim
+        dmlshim.deactivate()
+        os.environ["DMLSHIM_GATE"] = gate
+        dmlshim.activate()
+    return setup
+
+
 def traced(fn):
     """Run ``fn()`` once with fresh dmlshim stats: ``(wall_s, dmlshim.report(), fn's result)``.
 
