@@ -182,6 +182,21 @@ def write_out(out: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return out.copy_(value)
 
 
+def cpu_retry(exc: BaseException, on_cpu: Callable[[], Any], *, cause: Optional[BaseException] = None) -> Any:
+    """The one CPU retry of a call the device failed with ``exc``, an error the caller has
+    classed DirectML's to retry (``errors.classify``): ``on_cpu()``'s result.  If the CPU fails
+    too, the problem is not DirectML's (a bad argument): its own error is raised, as the user
+    would see it without DirectML, chained to ``cause`` (a readable error) or ``exc``, and
+    marked handled, so no wrapper above retries it again.  Its callers: ``auto``'s wrappers of
+    every Python entry point (after translating the error, and remembering the signature) and
+    ``refused``'s BackendSelect fixes (the calls the real binary refuses, however reached)."""
+    try:
+        return on_cpu()
+    except Exception as cpu_exc:
+        cpu_exc._dmlshim_handled = True
+        raise cpu_exc from (cause or exc)
+
+
 def run_on_cpu(func: Callable, args: tuple, kwargs: Optional[dict] = None, *, op: str = "",
                device: Optional[torch.device] = None,
                dtype_map: Optional[Dict[torch.dtype, torch.dtype]] = None,

@@ -185,11 +185,16 @@ def test_rule_off_probe_passes_and_no_fix(dml_device, shim_off, name, assert_par
     assert_parity(REPROS[name](dml_device), REPROS[name](CPU))
 
 
-def test_cpu_errors_stay_the_cpus(dml_device, shim_off):
-    """A call the CPU refuses too raises the CPU's error, not DirectML's."""
-    dmlshim.activate(fallback="known")
-    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+@pytest.mark.parametrize("fallback", ["known", "auto"])
+def test_cpu_errors_stay_the_cpus(dml_device, shim_off, fallback):
+    """A call the CPU refuses too raises the CPU's error, not DirectML's, from the one CPU retry
+    (``fallback.cpu_retry``): marked handled, so auto's wrapper above neither retries it on the
+    CPU again nor remembers the op as one DirectML fails."""
+    dmlshim.activate(fallback=fallback)
+    with pytest.raises(RuntimeError, match="cannot be multiplied") as caught:
         _mm(torch.ones(0, 2).to(dml_device), torch.ones(3, 3).to(dml_device))
+    assert caught.value._dmlshim_handled and caught.value.__cause__ is not None
+    assert "torch.mm" not in dmlshim.patches.auto.failures()
 
 
 def test_a_working_call_stays_on_the_device(dml_device, shim_off, host_reads, assert_parity):

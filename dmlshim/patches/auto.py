@@ -253,13 +253,7 @@ def _failed(op, func, args, kwargs, exc, memo):
     readable = errors.translate(exc, op, args, kwargs)
     if kind == errors.FATAL or ctx.fallback != "auto":
         _raise(readable, exc)
-    try:
-        result = _cpu(op, func, args, kwargs)
-    except Exception as cpu_exc:
-        # The CPU fails too: not a DirectML problem (a bad argument, a view op).
-        # Raise what the CPU says, as the user would see it without DirectML.
-        cpu_exc._dmlshim_handled = True
-        raise cpu_exc from (readable or exc)
+    result = fallback.cpu_retry(exc, lambda: _cpu(op, func, args, kwargs), cause=readable)
     _remember(op, memo, args, kwargs, exc, readable)
     return result
 

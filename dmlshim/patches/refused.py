@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from .. import errors, trace
+from .. import errors, fallback, trace
 from . import _gate, _select
 from .dispatcher import Done, below
 from ._patch import Patch
@@ -54,10 +54,11 @@ def _retry(op, keyset, args, kwargs):
     except _CATCH as exc:
         if errors.classify(exc) != errors.RETRY:
             raise
+        failed = exc                            # past the except: its frames not held by the CPU run
     first = op._schema.arguments[0].alias_info
-    if first is not None and first.is_write:        # in place (an out= overload writes its out)
-        return _select.in_place_on_cpu(op, args, kwargs)
-    return _select.on_cpu(op, args, kwargs)
+    # in place (an out= overload writes its out): on a copy, written back
+    on_cpu = _select.in_place_on_cpu if first is not None and first.is_write else _select.on_cpu
+    return fallback.cpu_retry(failed, lambda: on_cpu(op, args, kwargs))
 
 
 GROUPS: Dict[str, Tuple[torch._ops.OpOverload, ...]] = {
