@@ -346,10 +346,11 @@ def test_samples_all_and_exact_skips():
     assert not conformance._skipped("shim:sort.:float32#40", "")
 
 
-def test_module_samples_run_on_the_device(dml_device):
+def test_module_samples_run_on_the_device(dml_device, device_kind):
     """ModuleInfo samples in the device modes: the module made on the CPU, moved to the
-    device (``_ModuleCall.on``), its forward compared with the CPU's."""
+    device (``_ModuleCall.on``), its forward compared with the CPU's (on the test's device: a
+    process with torch_directml cannot install the emulated one)."""
     modules = conformance.collect_modules(r"^nn\.Linear$", samples=2)
     assert modules.cases and all(c.kind == "module" for c in modules.cases)
-    results = conformance.run_mode(modules.cases, "shim")
+    results = conformance.run_mode(modules.cases, "shim", device=device_kind)
     assert {r.cls for r in results} == {"match"}
