@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .. import _torch_compat
-from . import _gate, _select
+from . import _gate, _select, dispatcher
 from ._wrap import PatchSet
 from .dispatcher import Done
 from ._patch import Patch
@@ -134,17 +134,14 @@ def _empty_on(target: str):
 
 _kernels = _select.Kernels(__name__, {_aten.clone.default: _clone, _aten.empty_like.default: _empty_like})
 _patches = PatchSet(__name__)
-_hook = None
+_hook = dispatcher.Hook(__name__, "_to_copy", _to_copy_to)
 
 
 def install(ctx) -> None:
     """The kernels of ``clone`` and ``empty_like``, the net's ``_to_copy`` hook, and the Python
     entry points ``torch.empty``, ``Tensor.is_contiguous`` and ``Tensor.contiguous``."""
-    from . import dispatcher
-    global _hook
     _kernels.install(ctx)
-    _hook = _to_copy_to(ctx.target)
-    dispatcher.add_hook("_to_copy", _hook, owner=__name__)
+    _hook.install(ctx)
     # their selects want a memory_format= (no plain value): the front passes other device calls by
     _patches.intercept(ctx, torch, "empty", _empty, select=_empty_on(ctx.target), device=_gate.Watch())
     for name, handler in (("is_contiguous", _is_contiguous), ("contiguous", _contiguous)):
@@ -152,7 +149,6 @@ def install(ctx) -> None:
 
 
 def uninstall() -> None:
-    from . import dispatcher
     _patches.restore()
-    dispatcher.remove_hook("_to_copy", _hook)
+    _hook.uninstall()
     _kernels.uninstall()

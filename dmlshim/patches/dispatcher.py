@@ -74,6 +74,27 @@ def remove_hook(base: str, fix, *, after: bool = False) -> None:
     _rewatch(base)
 
 
+class Hook:
+    """``install(ctx)``/``uninstall()`` for one hook of patch ``owner`` (its module's
+    ``__name__``) on the net's kernels of ``base``: ``make(target)`` builds the hook for the
+    target's device type at install (:func:`add_hook`; ``after``: told each result), as
+    ``_select.Kernels`` does for a chain's fixes."""
+
+    def __init__(self, owner: str, base: str, make: Callable[[str], Callable], *, after: bool = False):
+        self.owner, self.base, self.make, self.after = owner, base, make, after
+        self._hook = None
+
+    def install(self, ctx) -> None:
+        if self._hook is None:
+            self._hook = self.make(ctx.target)
+            add_hook(self.base, self._hook, owner=self.owner, after=self.after)
+
+    def uninstall(self) -> None:
+        if self._hook is not None:
+            remove_hook(self.base, self._hook, after=self.after)
+            self._hook = None
+
+
 def hook_owners(base: str, *, after: bool = False) -> Tuple[str, ...]:
     """The patches of ``base``'s hooks now, in the order the net's kernels ask them."""
     return tuple(_hook_owner[f] for f in (after_hooks if after else hooks)[base])

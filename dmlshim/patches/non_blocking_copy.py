@@ -77,18 +77,5 @@ def _to_copy_to(target: str):
     return fix
 
 
-_hook = None
-
-
-def install(ctx) -> None:
-    """The net's ``_to_copy`` hook."""
-    global _hook
-    _hook = _to_copy_to(ctx.target)
-    dispatcher.add_hook("_to_copy", _hook, owner=__name__)
-
-
-def uninstall() -> None:
-    global _hook
-    if _hook is not None:
-        dispatcher.remove_hook("_to_copy", _hook)
-    _hook = None
+_hook = dispatcher.Hook(__name__, "_to_copy", _to_copy_to)
+install, uninstall = _hook.install, _hook.uninstall
