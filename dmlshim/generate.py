@@ -60,19 +60,23 @@ def _rendered(path: Path, pattern: re.Pattern, make: Callable[[], str]) -> str:
     return pattern.sub(lambda m: m.group(1) + make() + m.group(3), text, count=1)
 
 
+def _renewed() -> Dict[Path, str]:
+    """``{file: its text with the generated block made now}`` for each stale file."""
+    texts = {path: _rendered(path, pattern, make) for path, (pattern, make) in PIECES.items() if path.exists()}
+    return {path: text for path, text in texts.items() if text != path.read_text(encoding="utf-8")}
+
+
 def stale() -> List[Path]:
     """The files whose generated block differs from what the code gives now."""
-    return [path for path, (pattern, make) in PIECES.items() if path.exists()
-            and _rendered(path, pattern, make) != path.read_text(encoding="utf-8")]
+    return list(_renewed())
 
 
 def write() -> List[Path]:
     """Rewrite the stale files; returns them."""
-    changed = stale()
-    for path in changed:
-        pattern, make = PIECES[path]
-        path.write_text(_rendered(path, pattern, make), encoding="utf-8")
-    return changed
+    renewed = _renewed()
+    for path, text in renewed.items():
+        path.write_text(text, encoding="utf-8")
+    return list(renewed)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -39,13 +39,18 @@ def _declared() -> Tuple[Defect, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def _all() -> Tuple[Defect, ...]:
+    return tuple(d for topic in TOPICS for d in rows(topic))
+
+
+@functools.lru_cache(maxsize=None)
 def _by_name() -> Dict[str, Defect]:
-    return {d.name: d for topic in TOPICS for d in rows(topic)}
+    return {d.name: d for d in _all()}
 
 
 def __getattr__(name: str):
-    if name == "DEFECTS":               # every row, topic by topic (read at first use)
-        return tuple(_by_name().values())
+    if name == "DEFECTS":               # every row, topic by topic (made at first use, then kept)
+        return _all()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
