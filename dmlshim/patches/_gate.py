@@ -226,8 +226,8 @@ def watch_of(fix, op) -> Watch:
 
 
 def set_watch(registration, op, fixes: Iterable) -> None:
-    """The gate ``registration`` of ``op`` told the union of ``fixes``' watches (nothing for
-    the Python gate, ``registration`` None).  ``catch`` on an overload that writes its first
+    """The gate ``registration`` of ``op`` (compiled, or a :class:`PythonGate`) told the union
+    of ``fixes``' watches.  ``catch`` on an overload that writes its first
     argument (in place, ``out=``) becomes ``always``: a retry after a partial write is not
     the call's."""
     if registration is None:
@@ -240,6 +240,125 @@ def set_watch(registration, op, fixes: Iterable) -> None:
         union = union | ALWAYS
     registration.watch(union.flags(), sorted(union.dtypes, key=str), sorted(union.numbers, key=str),
                        sorted(union.ranks))
+
+
+_BIT = {name: 1 << i for i, name in enumerate(_FLAGS)}
+# What only the compiled gate's tables tell (a view anchored inside DirectML's tensor, a
+# marked tensor) and what it decides by running the call (catch): the Python gate sends a
+# call watched for one of them to the fixes, as it sent every call before it scanned.
+_FIXES_DECIDE = _BIT["always"] | _BIT["catch"] | _BIT["view"] | _BIT["marked"]
+_PLAIN = (torch.Tensor, torch.nn.Parameter)    # other classes (subclasses, tracers): the fixes
+_NUMBER_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+def _slots(op) -> tuple:
+    """``(position, name, kind, default)`` of the arguments the gate looks at, from ``op``'s
+    schema: tensors, tensor lists, ``dtype=``, ``device=``, ``memory_format=``, bools."""
+    slots = []
+    for i, a in enumerate(op._schema.arguments):
+        kind, t = None, a.type
+        inner = t.getElementType() if isinstance(t, (torch.OptionalType, torch.ListType)) else t
+        if isinstance(t, torch.ListType) and isinstance(
+                inner.getElementType() if isinstance(inner, torch.OptionalType) else inner, torch.TensorType):
+            kind = "tensors"
+        elif isinstance(inner, torch.TensorType):
+            kind = "tensor"
+        elif a.name in ("dtype", "device", "memory_format"):
+            kind = a.name
+        elif isinstance(inner, torch.BoolType):
+            kind = "bool"
+        if kind is not None:
+            slots.append((i, a.name, kind, a.default_value if a.has_default_value() else None))
+    return tuple(slots)
+
+
+class PythonGate:
+    """The compiled gate's decision (``csrc/gate.cpp``'s ``Gate`` and ``Scan``) made in
+    Python: the kernel at BackendSelect of one overload where no gate is compiled.  A call
+    with a tensor or ``device=`` of the target device goes to ``kernel`` (the fixes) if it
+    meets what they watch (:class:`Watch`, told by :meth:`watch`); every other call, the
+    CPU's included, runs ``passed(keyset, args, kwargs)``: redispatched below, unfixed.
+    ``always``: every call goes to ``kernel``.  A watch of what only the compiled gate
+    knows (``view``, ``marked``) or decides by running the call (``catch``) sends every
+    device call to ``kernel``.  Its CPU calls still pay the Python kernel (about 3 us)."""
+
+    def __init__(self, op, kernel, passed: Optional[Callable], target: str, always: bool):
+        self.kernel, self.passed, self.target = kernel, passed, target
+        self.backend = getattr(torch._C.DispatchKey, torch._C._dispatch_key_for_device(target))
+        self.always = always or passed is None
+        self.slots = _slots(op)
+        self.has_device = any(kind == "device" for _, _, kind, _ in self.slots)
+        self.state = (_BIT["always"], frozenset(), frozenset(), frozenset())   # until watch()
+
+    def watch(self, flags: int, dtypes, numbers, ranks) -> None:
+        """What the fixes look at (``Registration.watch``'s arguments): replaced whole, so
+        a call reads one state without a lock."""
+        self.state = (flags, frozenset(dtypes), frozenset(numbers), frozenset(ranks))
+
+    def destroy(self) -> None:
+        """Nothing to undo: the kernel goes with its library."""
+
+    def __call__(self, keyset, *args, **kwargs):
+        if self.always or ((keyset.has(self.backend) or self.has_device and self._device_arg(kwargs))
+                           and self._to_fixes(args, kwargs)):
+            return self.kernel(keyset, *args, **kwargs)
+        return self.passed(keyset, args, kwargs)
+
+    def _device_arg(self, kwargs) -> bool:
+        device = kwargs.get("device")
+        return device is not None and torch.device(device).type == self.target
+
+    def _to_fixes(self, args, kwargs) -> bool:
+        """``Scan``: whether a device call meets what the fixes watch."""
+        flags, dtypes, numbers, ranks = self.state
+        if flags & _FIXES_DECIDE:
+            return True
+        tensors, n = [], len(args)
+        for i, name, kind, default in self.slots:
+            value = args[i] if i < n else kwargs.get(name, default)
+            if value is None:
+                continue
+            if kind == "tensor":
+                tensors.append(value)
+            elif kind == "tensors":
+                tensors.extend(value)
+            elif kind == "dtype":
+                if value in dtypes:
+                    return True
+            elif kind == "device":
+                if flags & _BIT["device_arg"]:
+                    return True
+            elif kind == "memory_format":
+                if flags & _BIT["memory_format"] and value != torch.preserve_format:
+                    return True
+            elif value is True and flags & _BIT["set_bool"]:
+                return True
+        device = dtype = None
+        for t in tensors:
+            if t is None:
+                continue
+            cls = type(t)
+            if cls not in _PLAIN:        # a subclass or tracer's tensor; a Python number
+                if isinstance(t, torch.Tensor) or _NUMBER_DTYPES.get(cls) in numbers:
+                    return True
+                continue
+            if t.dtype in dtypes or ranks and min(t.dim(), 63) in ranks:
+                return True
+            if flags & _BIT["off_target"]:
+                if device is None:
+                    device = t.device
+                elif t.device != device:
+                    return True
+                if device.type != self.target:
+                    return True
+            if flags & _BIT["empty"] and t.numel() == 0:
+                return True
+            if flags & _BIT["mixed"] and t.dim() > 0:
+                if dtype is None:
+                    dtype = t.dtype
+                elif t.dtype != dtype:
+                    return True
+        return False
 
 
 def mark_anchored(view: torch.Tensor, anchor: torch.Tensor, offset: int) -> None:
@@ -316,10 +435,12 @@ def acts_at_backend(fix) -> bool:
 
 
 def register(library: torch.library.Library, op: torch._ops.OpOverload, kernel, target: str,
-             mode: str = "auto", *, always: bool = False, at_backend: bool = False) -> Optional[object]:
+             mode: str = "auto", *, always: bool = False, at_backend: bool = False,
+             passed: Optional[Callable] = None):
     """Register ``kernel`` (``with_keyset``) for ``op``: behind the compiled gate where
-    ``mode`` allows one (returns its registration: ``destroy()`` it with ``library``), else
-    at BackendSelect itself (returns None).  ``always``: every call goes to ``kernel`` (an
+    ``mode`` allows one, else behind a :class:`PythonGate` at BackendSelect, which runs
+    ``passed(keyset, args, kwargs)`` for the calls it lets through (None: every call goes to
+    ``kernel``).  Returns the registration (``watch()`` it; ``destroy()`` it with ``library``).  ``always``: every call goes to ``kernel`` (an
     op whose CPU arguments may decide, ``_fft_c2r``'s islands).  ``at_backend``: the gate in
     place of the device's kernel at its backend key where the device has a kernel of its
     own for ``op`` (not a backend fallback or a composite), else at BackendSelect."""
@@ -330,8 +451,9 @@ def register(library: torch.library.Library, op: torch._ops.OpOverload, kernel, 
         # for them while installed (the gate adds their device's key, as they do)
         warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
         if ext is None:
-            library.impl(name, kernel, "BackendSelect", with_keyset=True)
-            return None
+            gate = PythonGate(op, kernel, passed, target, always)
+            library.impl(name, gate.__call__, "BackendSelect", with_keyset=True)
+            return gate
         library.impl(name, kernel, TRAMPOLINE, with_keyset=True)
     schema = op._schema
     if at_backend and not always:

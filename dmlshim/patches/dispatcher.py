@@ -367,13 +367,34 @@ def backend_key(target: str):
 
 def at_backend_select(library, op, kernel, target: str, mode: str, *, always: bool = False,
                       at_backend: bool = False):
-    """``_gate.register`` (``kernel`` behind the compiled gate, or at BackendSelect itself),
-    and the redispatch mask refreshed: once the gate is built it leaves the trampoline key
-    out.  Returns the gate's registration, or None."""
+    """``_gate.register`` (``kernel`` behind the compiled gate, or behind the Python gate at
+    BackendSelect, which runs :func:`passed_through` for the calls no fix watches), and the
+    redispatch mask refreshed: once the gate is built it leaves the trampoline key out.
+    Returns the gate's registration."""
     global _BELOW
-    registration = _gate.register(library, op, kernel, target, mode, always=always, at_backend=at_backend)
+    registration = _gate.register(library, op, kernel, target, mode, always=always, at_backend=at_backend,
+                                  passed=passed_through(op))
     _BELOW = _gate.below()
     return registration
+
+
+def passed_through(op):
+    """``passed(keyset, args, kwargs)``: what a kernel here does with a call it does not fix
+    (``fix_kernel``'s and ``_island_kernel``'s last line): numbers in Tensor slots as
+    tensors, the device's key of a ``device=`` added where ours stands in for torch's
+    BackendSelect kernel, redispatched below, an argument it writes written back."""
+    numbers, written = fallback.numbers_converter(op), _written_back(op)
+    stands_in = op in _TORCH_BACKEND_SELECT
+    factory = not any(isinstance(a.type, torch.TensorType) for a in op._schema.arguments)
+
+    def passed(keyset, args, kwargs):
+        if numbers is not None:
+            args = numbers(args)
+        if stands_in:
+            keyset = _with_device_key(keyset, kwargs.get("device"), factory)
+        result = op.redispatch(keyset & _BELOW, *args, **kwargs)
+        return written(result, args, kwargs) if written else result
+    return passed
 
 
 def below(keyset):
