@@ -243,10 +243,12 @@ def set_watch(registration, op, fixes: Iterable) -> None:
 
 
 _BIT = {name: 1 << i for i, name in enumerate(_FLAGS)}
-# What only the compiled gate's tables tell (a view anchored inside DirectML's tensor, a
-# marked tensor) and what it decides by running the call (catch): the Python gate sends a
-# call watched for one of them to the fixes, as it sent every call before it scanned.
-_FIXES_DECIDE = _BIT["always"] | _BIT["catch"] | _BIT["view"] | _BIT["marked"]
+# What only the compiled gate's table tells (a marked tensor): the Python gate sends a call
+# watched for it to the fixes, as it sent every call before it scanned.
+_FIXES_DECIDE = _BIT["always"] | _BIT["marked"]
+# where offset_views keeps a view's (anchor, offset) on the tensor's Python object, read by
+# the Python gate where the compiled one reads its own record (Watch.view)
+ANCHOR = "_dmlshim_anchor"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)    # other classes (subclasses, tracers): the fixes
 _NUMBER_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
 
@@ -263,7 +265,7 @@ def _slots(op) -> tuple:
             kind = "tensors"
         elif isinstance(inner, torch.TensorType):
             kind = "tensor"
-        elif a.name in ("dtype", "device", "memory_format"):
+        elif a.name in ("dtype", "device", "memory_format", "storage_offset"):
             kind = a.name
         elif isinstance(inner, torch.BoolType):
             kind = "bool"
@@ -278,9 +280,11 @@ class PythonGate:
     with a tensor or ``device=`` of the target device goes to ``kernel`` (the fixes) if it
     meets what they watch (:class:`Watch`, told by :meth:`watch`); every other call, the
     CPU's included, runs ``passed(keyset, args, kwargs)``: redispatched below, unfixed.
-    ``always``: every call goes to ``kernel``.  A watch of what only the compiled gate
-    knows (``view``, ``marked``) or decides by running the call (``catch``) sends every
-    device call to ``kernel``.  Its CPU calls still pay the Python kernel (about 3 us)."""
+    ``always``: every call goes to ``kernel``.  A watch of what only the compiled gate's
+    table knows (``marked``) sends every device call to ``kernel``; a ``catch`` runs the call
+    here and sends it there if it fails, as the typed gates do.  ``view`` reads the
+    anchor offset_views keeps on the tensor (:data:`ANCHOR`).  Its CPU calls still pay the
+    Python kernel (about 3 us)."""
 
     def __init__(self, op, kernel, passed: Optional[Callable], target: str, always: bool):
         self.kernel, self.passed, self.target = kernel, passed, target
@@ -299,9 +303,16 @@ class PythonGate:
         """Nothing to undo: the kernel goes with its library."""
 
     def __call__(self, keyset, *args, **kwargs):
-        if self.always or ((keyset.has(self.backend) or self.has_device and self._device_arg(kwargs))
-                           and self._to_fixes(args, kwargs)):
+        if self.always:
             return self.kernel(keyset, *args, **kwargs)
+        if keyset.has(self.backend) or self.has_device and self._device_arg(kwargs):
+            if self._to_fixes(args, kwargs):
+                return self.kernel(keyset, *args, **kwargs)
+            if self.state[0] & _BIT["catch"]:     # never in place or out= (set_watch: always)
+                try:
+                    return self.passed(keyset, args, kwargs)
+                except Exception:                 # the fixes' retry (refused: on the CPU), or their error
+                    return self.kernel(keyset, *args, **kwargs)
         return self.passed(keyset, args, kwargs)
 
     def _device_arg(self, kwargs) -> bool:
@@ -331,12 +342,21 @@ class PythonGate:
             elif kind == "memory_format":
                 if flags & _BIT["memory_format"] and value != torch.preserve_format:
                     return True
+            elif kind == "storage_offset":       # as_strided at an offset: offset_views records it
+                if flags & _BIT["view"]:
+                    return True
             elif value is True and flags & _BIT["set_bool"]:
                 return True
         device = dtype = None
+        first = True
         for t in tensors:
             if t is None:
                 continue
+            if first and flags & _BIT["view"] and isinstance(t, torch.Tensor) and (
+                    getattr(t, ANCHOR, None) is not None     # a view at an offset: offset_views
+                    or not t.is_inference() and torch.is_inference_mode_enabled()):    # inference_mode
+                return True
+            first = False
             cls = type(t)
             if cls not in _PLAIN:        # a subclass or tracer's tensor; a Python number
                 if isinstance(t, torch.Tensor) or _NUMBER_DTYPES.get(cls) in numbers:

@@ -42,7 +42,7 @@ _aten = torch.ops.aten
 _AS_STRIDED = _aten.as_strided.default
 # where a view's anchor and offset are kept: on the tensor's Python object, which torch
 # keeps with the TensorImpl (PyObject preservation), so it survives a trip through C++
-_KEY = "_dmlshim_anchor"
+_KEY = _gate.ANCHOR
 # of torch-directml's view kernels (dml_ops.view_kernels, the one list: inference_mode's
 # too), the split kernels, which copy every chunk (a list of views comes back)
 _SPLITS = (_aten.split.Tensor, _aten.split_with_sizes.default)
