@@ -386,13 +386,14 @@ def passed_through(op):
     numbers, written = fallback.numbers_converter(op), _written_back(op)
     stands_in = op in _TORCH_BACKEND_SELECT
     factory = not any(isinstance(a.type, torch.TensorType) for a in op._schema.arguments)
+    redispatch = op._handle.redispatch_boxed          # op.redispatch less its Python frame: every CPU call
 
     def passed(keyset, args, kwargs):
         if numbers is not None:
             args = numbers(args)
         if stands_in:
             keyset = _with_device_key(keyset, kwargs.get("device"), factory)
-        result = op.redispatch(keyset & _BELOW, *args, **kwargs)
+        result = redispatch(keyset & _BELOW, *args, **kwargs)
         return written(result, args, kwargs) if written else result
     return passed
 
