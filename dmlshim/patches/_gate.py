@@ -324,7 +324,7 @@ class PythonGate:
         flags, dtypes, numbers, ranks = self.state
         if flags & _FIXES_DECIDE:
             return True
-        tensors, n = [], len(args)
+        tensors, n, offset = [], len(args), None
         for i, name, kind, default in self.slots:
             value = args[i] if i < n else kwargs.get(name, default)
             if value is None:
@@ -342,9 +342,8 @@ class PythonGate:
             elif kind == "memory_format":
                 if flags & _BIT["memory_format"] and value != torch.preserve_format:
                     return True
-            elif kind == "storage_offset":       # as_strided at an offset: offset_views records it
-                if flags & _BIT["view"]:
-                    return True
+            elif kind == "storage_offset":
+                offset = value
             elif value is True and flags & _BIT["set_bool"]:
                 return True
         device = dtype = None
@@ -354,7 +353,8 @@ class PythonGate:
                 continue
             if first and flags & _BIT["view"] and isinstance(t, torch.Tensor) and (
                     getattr(t, ANCHOR, None) is not None     # a view at an offset: offset_views
-                    or not t.is_inference() and torch.is_inference_mode_enabled()):    # inference_mode
+                    or not t.is_inference() and torch.is_inference_mode_enabled()    # inference_mode
+                    or offset is not None and offset != t.storage_offset()):   # as_strided at one more
                 return True
             first = False
             cls = type(t)
