@@ -243,12 +243,11 @@ def set_watch(registration, op, fixes: Iterable) -> None:
 
 
 _BIT = {name: 1 << i for i, name in enumerate(_FLAGS)}
-# What only the compiled gate's table tells (a marked tensor): the Python gate sends a call
-# watched for it to the fixes, as it sent every call before it scanned.
-_FIXES_DECIDE = _BIT["always"] | _BIT["marked"]
-# where offset_views keeps a view's (anchor, offset) on the tensor's Python object, read by
-# the Python gate where the compiled one reads its own record (Watch.view)
+# where the Python gate reads what the compiled one keeps in its own tables, on the tensor's
+# Python object (torch keeps it with the TensorImpl): offset_views' (anchor, offset) of a
+# view (Watch.view), and the mark of a tensor (Watch.marked, mark())
 ANCHOR = "_dmlshim_anchor"
+MARKED = "_dmlshim_marked"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)    # other classes (subclasses, tracers): the fixes
 _NUMBER_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
 
@@ -280,11 +279,10 @@ class PythonGate:
     with a tensor or ``device=`` of the target device goes to ``kernel`` (the fixes) if it
     meets what they watch (:class:`Watch`, told by :meth:`watch`); every other call, the
     CPU's included, runs ``passed(keyset, args, kwargs)``: redispatched below, unfixed.
-    ``always``: every call goes to ``kernel``.  A watch of what only the compiled gate's
-    table knows (``marked``) sends every device call to ``kernel``; a ``catch`` runs the call
-    here and sends it there if it fails, as the typed gates do.  ``view`` reads the
-    anchor offset_views keeps on the tensor (:data:`ANCHOR`).  Its CPU calls still pay the
-    Python kernel (about 3 us)."""
+    ``always``: every call goes to ``kernel``.  A ``catch`` runs the call here and sends it
+    there if it fails, as the typed gates do; ``view`` and ``marked`` read what offset_views
+    and :func:`mark` keep on the tensor (:data:`ANCHOR`, :data:`MARKED`).  Its CPU calls
+    still pay the Python kernel (about 3 us)."""
 
     def __init__(self, op, kernel, passed: Optional[Callable], target: str, always: bool):
         self.kernel, self.passed, self.target = kernel, passed, target
@@ -322,7 +320,7 @@ class PythonGate:
     def _to_fixes(self, args, kwargs) -> bool:
         """``Scan``: whether a device call meets what the fixes watch."""
         flags, dtypes, numbers, ranks = self.state
-        if flags & _FIXES_DECIDE:
+        if flags & _BIT["always"]:
             return True
         tensors, n, offset = [], len(args), None
         for i, name, kind, default in self.slots:
@@ -364,6 +362,9 @@ class PythonGate:
                 continue
             if t.dtype in dtypes or ranks and min(t.dim(), 63) in ranks:
                 return True
+            if flags & _BIT["marked"] and (getattr(t, MARKED, False) or t._base is not None
+                                           and getattr(t._base, MARKED, False)):
+                return True
             if flags & _BIT["off_target"]:
                 if device is None:
                     device = t.device
@@ -391,9 +392,12 @@ def mark_anchored(view: torch.Tensor, anchor: torch.Tensor, offset: int) -> None
 
 def mark(t: torch.Tensor) -> None:
     """Mark ``t`` for the gate: an overload watching ``marked`` sends its device calls of ``t``
-    or a view of it to the Python kernel.  Nothing without a gate (every call goes there)."""
+    or a view of it to the Python kernel.  Kept in the compiled gate's table where this
+    process has one, and on the tensor's Python object (:data:`MARKED`), which the Python
+    gate reads (``DMLSHIM_GATE=python`` with a compiled gate built)."""
     if _built():
         _extension().mark(t)
+    setattr(t, MARKED, True)
 
 
 def anchored(t: torch.Tensor):
