@@ -50,10 +50,13 @@ def _python_kernel_calls(fn, where=lambda path: path.endswith(KERNEL_FILES), emu
         return False
 
     def passed(frame):
-        """Whether ``frame`` runs under the Python gate's pass-through: a ``passed`` frame
-        between it and the nearest PythonGate call."""
-        while frame is not None and not (frame.f_code.co_name == "__call__"
-                                         and frame.f_code.co_filename.endswith("_gate.py")):
+        """Whether ``frame`` runs under the Python gate's pass-through (``passed``): that
+        and what the device's kernels call themselves.  Such a nested call brings its
+        wrapped numbers as 0-dim CPU tensors, which Python cannot tell from CPU operands (the
+        real binary's ``mul`` calls ``mul.out`` with its number): the Python gate sends some
+        of those to the fixes, which the compiled gate, reading ``is_wrapped_number``, does
+        not."""
+        while frame is not None:
             if frame.f_code.co_name == "passed":
                 return True
             frame = frame.f_back
