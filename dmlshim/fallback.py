@@ -347,12 +347,13 @@ def _number_tensor(kind, value, sign) -> torch.Tensor:
     return torch.tensor(value)
 
 
-_WRAPPED_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+# a Python number's dtype as a wrapped number (what the dispatcher makes of it; _gate reads it too)
+WRAPPED_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
 
 
 @functools.lru_cache(maxsize=1024)
 def _wrapped_number(kind, value, sign) -> torch.Tensor:
-    return wrap_number(torch.tensor(value, dtype=_WRAPPED_DTYPES[kind]))
+    return wrap_number(torch.tensor(value, dtype=WRAPPED_DTYPES[kind]))
 
 
 def _zero_dim_dtypes(args, out) -> list:

@@ -436,16 +436,16 @@ def _model_figure(d, cases=None):
     rows, extra = _rows(d), d["extra"]
     same = all(c["identical_to_cpu"] for c in extra["cases"].values()) if "cases" in extra \
         else extra["identical_to_cpu"]
-    return "; ".join(f"{case}: {_ratio(rows[case, 'emulated+shim']['ratio'])}"
-                     + _no_compiler(rows, case, "emulated+shim") for case in cases or _cases(d)) \
+    return "; ".join(f"{case}: " + _both_gates(rows, case, "emulated+shim", lambda v: _ratio(rows[case, v]["ratio"]))
+                     for case in cases or _cases(d)) \
         + "; " + _output_figure(same, extra) + _split_figure(extra, cases)
 
 
-def _no_compiler(rows, case, variant, figure=lambda row, rows: _ratio(row["ratio"])):
-    """`` (no compiler: ...)``: ``figure`` of ``variant``'s Python-gate twin
-    (``"..., gate: python"``: benchmarks/timing.activated), or "" in a file without it."""
-    row = rows.get((case, variant + ", gate: python"))
-    return "" if row is None else f" (no compiler: {figure(row, rows)})"
+def _both_gates(rows, case, variant, figure):
+    """``figure(variant)``, then `` (no compiler: ...)`` with ``figure`` of its Python-gate
+    twin (``"..., gate: python"``: benchmarks/timing.activated) where the file has one."""
+    twin = variant + ", gate: python"
+    return figure(variant) + (f" (no compiler: {figure(twin)})" if (case, twin) in rows else "")
 
 
 def _output_figure(same, extra):
@@ -475,10 +475,11 @@ def _model_cpu_figure(d):
     (this machine's medians move by about 5% between runs of one script)."""
     rows = _rows(d)
 
-    def figure(case):
-        return lambda row, rows: f"{_ratio(row['ratio'])}/{_ratio(row['min_s'] / rows[case, 'cpu']['min_s'])}"
-    return "; ".join(f"{case}: {figure(case)(rows[case, 'cpu+shim'], rows)}"
-                     + _no_compiler(rows, case, "cpu+shim", figure(case)) for case in _cases(d))
+    def ratios(case, variant):
+        row = rows[case, variant]
+        return f"{_ratio(row['ratio'])}/{_ratio(row['min_s'] / rows[case, 'cpu']['min_s'])}"
+    return "; ".join(f"{case}: " + _both_gates(rows, case, "cpu+shim", lambda v: ratios(case, v))
+                     for case in _cases(d))
 
 
 # (what, where it comes from, figure(data)), in the order a user asks

@@ -31,7 +31,7 @@ from typing import Callable, FrozenSet, Iterable, Optional, Union
 
 import torch
 
-from .. import cpp_build, islands
+from .. import cpp_build, fallback, islands
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "gate.cpp")
 TRAMPOLINE = "FPGA"
@@ -242,14 +242,15 @@ def set_watch(registration, op, fixes: Iterable) -> None:
                        sorted(union.ranks))
 
 
-_BIT = {name: 1 << i for i, name in enumerate(_FLAGS)}
+# Watch's bits, as the Python gate tests them on every device call (no dict lookup there)
+(_ALWAYS, _MIXED, _EMPTY, _VIEW, _OFF_TARGET, _DEVICE_ARG, _CATCH, _FORMAT, _SET_BOOL,
+ _MARKED) = (1 << i for i in range(len(_FLAGS)))
 # where the Python gate reads what the compiled one keeps in its own tables, on the tensor's
 # Python object (torch keeps it with the TensorImpl): offset_views' (anchor, offset) of a
 # view (Watch.view), and the mark of a tensor (Watch.marked, mark())
 ANCHOR = "_dmlshim_anchor"
 MARKED = "_dmlshim_marked"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)    # other classes (subclasses, tracers): the fixes
-_NUMBER_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
 
 
 def _slots(op) -> tuple:
@@ -290,7 +291,7 @@ class PythonGate:
         self.always = always or passed is None
         self.slots = _slots(op)
         self.has_device = any(kind == "device" for _, _, kind, _ in self.slots)
-        self.state = (_BIT["always"], frozenset(), frozenset(), frozenset())   # until watch()
+        self.state = (_ALWAYS, frozenset(), frozenset(), frozenset())   # until watch()
 
     def watch(self, flags: int, dtypes, numbers, ranks) -> None:
         """What the fixes look at (``Registration.watch``'s arguments): replaced whole, so
@@ -306,7 +307,7 @@ class PythonGate:
         if keyset.has(self.backend) or self.has_device and self._device_arg(kwargs):
             if self._to_fixes(args, kwargs):
                 return self.kernel(keyset, *args, **kwargs)
-            if self.state[0] & _BIT["catch"]:     # never in place or out= (set_watch: always)
+            if self.state[0] & _CATCH:     # never in place or out= (set_watch: always)
                 try:
                     return self.passed(keyset, args, kwargs)
                 except Exception:                 # the fixes' retry (refused: on the CPU), or their error
@@ -320,7 +321,7 @@ class PythonGate:
     def _to_fixes(self, args, kwargs) -> bool:
         """``Scan``: whether a device call meets what the fixes watch."""
         flags, dtypes, numbers, ranks = self.state
-        if flags & _BIT["always"]:
+        if flags & _ALWAYS:
             return True
         tensors, n, offset = [], len(args), None
         for i, name, kind, default in self.slots:
@@ -335,21 +336,21 @@ class PythonGate:
                 if value in dtypes:
                     return True
             elif kind == "device":
-                if flags & _BIT["device_arg"]:
+                if flags & _DEVICE_ARG:
                     return True
             elif kind == "memory_format":
-                if flags & _BIT["memory_format"] and value != torch.preserve_format:
+                if flags & _FORMAT and value != torch.preserve_format:
                     return True
             elif kind == "storage_offset":
                 offset = value
-            elif value is True and flags & _BIT["set_bool"]:
+            elif value is True and flags & _SET_BOOL:
                 return True
         device = dtype = None
         first = True
         for t in tensors:
             if t is None:
                 continue
-            if first and flags & _BIT["view"] and isinstance(t, torch.Tensor) and (
+            if first and flags & _VIEW and isinstance(t, torch.Tensor) and (
                     getattr(t, ANCHOR, None) is not None     # a view at an offset: offset_views
                     or not t.is_inference() and torch.is_inference_mode_enabled()    # inference_mode
                     or offset is not None and offset != t.storage_offset()):   # as_strided at one more
@@ -357,24 +358,24 @@ class PythonGate:
             first = False
             cls = type(t)
             if cls not in _PLAIN:        # a subclass or tracer's tensor; a Python number
-                if isinstance(t, torch.Tensor) or _NUMBER_DTYPES.get(cls) in numbers:
+                if isinstance(t, torch.Tensor) or fallback.WRAPPED_DTYPES.get(cls) in numbers:
                     return True
                 continue
             if t.dtype in dtypes or ranks and min(t.dim(), 63) in ranks:
                 return True
-            if flags & _BIT["marked"] and (getattr(t, MARKED, False) or t._base is not None
+            if flags & _MARKED and (getattr(t, MARKED, False) or t._base is not None
                                            and getattr(t._base, MARKED, False)):
                 return True
-            if flags & _BIT["off_target"]:
+            if flags & _OFF_TARGET:
                 if device is None:
                     device = t.device
                 elif t.device != device:
                     return True
                 if device.type != self.target:
                     return True
-            if flags & _BIT["empty"] and t.numel() == 0:
+            if flags & _EMPTY and t.numel() == 0:
                 return True
-            if flags & _BIT["mixed"] and t.dim() > 0:
+            if flags & _MIXED and t.dim() > 0:
                 if dtype is None:
                     dtype = t.dtype
                 elif t.dtype != dtype:
