@@ -307,10 +307,10 @@ class PythonGate:
         if keyset.has(self.backend) or self.has_device and self._device_arg(kwargs):
             if self._to_fixes(args, kwargs):
                 return self.kernel(keyset, *args, **kwargs)
-            if self.state[0] & _CATCH:     # never in place or out= (set_watch: always)
+            if self.state[0] & _CATCH:          # never in place or out= (set_watch: always)
                 try:
                     return self.passed(keyset, args, kwargs)
-                except Exception:                 # the fixes' retry (refused: on the CPU), or their error
+                except Exception:                  # the fixes' retry (refused: on the CPU), or their error
                     return self.kernel(keyset, *args, **kwargs)
         return self.passed(keyset, args, kwargs)
 
@@ -364,7 +364,7 @@ class PythonGate:
             if t.dtype in dtypes or ranks and min(t.dim(), 63) in ranks:
                 return True
             if flags & _MARKED and (getattr(t, MARKED, False) or t._base is not None
-                                           and getattr(t._base, MARKED, False)):
+                                    and getattr(t._base, MARKED, False)):
                 return True
             if flags & _OFF_TARGET:
                 if device is None:
