@@ -36,14 +36,17 @@ NUMBER = 1000               # calls per round
 
 def cases(dev):
     """``{name: zero-argument call}``: issue 38's calls on small tensors, on the CPU and on
-    ``dev``, none of which needs a fix; and three device calls of the aten overloads
-    themselves (the gate's part of the device rows)."""
+    ``dev``, none of which needs a fix, and issue 48's integer calls of a range int_range
+    knows (an activated variant reads it once after its ``activate()``, as a model's first
+    call would); and three device calls of the aten overloads themselves (the gate's part of
+    the device rows)."""
     a, b = torch.rand(64), torch.rand(64)
     m, w, bias = torch.rand(8, 8), torch.rand(8, 8), torch.rand(8)
     x, k = torch.rand(1, 4, 16), torch.rand(4, 4, 3)
+    i = torch.arange(64)          # int64 token ids: their range is known once copied over
     out = {}
     for where, move in (("cpu", lambda t: t), ("device", lambda t: t.to(dev))):
-        a_, b_, m_, w_, bias_, x_, k_ = map(move, (a, b, m, w, bias, x, k))
+        a_, b_, m_, w_, bias_, x_, k_, i_ = map(move, (a, b, m, w, bias, x, k, i))
         out.update({
             f"{where}: a * b": lambda a_=a_, b_=b_: a_ * b_,
             f"{where}: a + b": lambda a_=a_, b_=b_: a_ + b_,
@@ -54,6 +57,9 @@ def cases(dev):
             f"{where}: F.linear 8x8": lambda m_=m_, w_=w_, bias_=bias_: F.linear(m_, w_, bias_),
             f"{where}: torch.matmul 8x8": lambda m_=m_: torch.matmul(m_, m_),
             f"{where}: a.to(float16)": lambda a_=a_: a_.to(torch.float16),
+            f"{where}: int64 i + 1": lambda i_=i_: i_ + 1,
+            f"{where}: int64 i > 3": lambda i_=i_: i_ > 3,
+            f"{where}: int64 i.clone()": lambda i_=i_: i_.clone(),
         })
     # the aten overloads themselves, no Python-level wrapper of dmlshim's on the way: what the
     # compiled gate alone adds to a device call (the rows above add the wrappers')

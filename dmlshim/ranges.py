@@ -33,30 +33,50 @@ import torch
 from .laws.integers import Span, integral  # noqa: F401  (integral: the ranges' dtypes, re-exported)
 # id -> (weak reference, version, span, exact: the least and greatest values themselves, not a bound)
 _known: Dict[int, Tuple[weakref.ref, int, Span, bool]] = {}
+# the compiled gate's table of spans (keep_in), or None: it decides int_range's commonest
+# calls in C++ by the spans kept there, and keeps their results' spans there alone
+_gate = None
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def keep_in(gate) -> None:
+    """Keep every span in the compiled gate's table too (``gate``: its module, which has
+    ``span_set``/``span_get``/``span_drop``/``span_clear``; None: Python's alone), and read
+    there the spans of the calls it decides itself (``_gate.ranged``)."""
+    global _gate
+    _gate = gate
+
+
+def _entry(t: torch.Tensor) -> Optional[Tuple[Span, bool]]:
+    """``(span, exact)`` kept for ``t`` at its version, here or in the gate's table."""
+    entry = _valid(_known, t)
+    if entry is not None:
+        return entry[2], entry[3]
+    return _gate.span_get(t) if _gate is not None else None
 
 
 def known_span(t: torch.Tensor) -> Optional[Span]:
     """``(least, greatest)`` of integer device tensor ``t``'s values, known without a device
     read, or None.  For a floating ``t``: its values are whole numbers within the span.  A
     view's: its own, else its region's (:func:`remember_region`), else its base's."""
-    entry = _valid(_known, t)
+    entry = _entry(t)
     if entry is not None:
-        return entry[2]
+        return entry[0]
     base = t._base
     if base is None or base.dtype != t.dtype:
         return None
     span = _region_span(t, base)
     if span is not None:
         return span
-    entry = _valid(_known, base)
-    return entry[2] if entry is not None else None
+    entry = _entry(base)
+    return entry[0] if entry is not None else None
 
 
 def known_exactly(t: torch.Tensor) -> bool:
     """Whether ``t``'s span kept is its values' own (read, copied over, filled), not a bound
     (a view's is its base's, a bound)."""
-    entry = _known.get(id(t))
-    return entry is not None and entry[3] and entry[0]() is t and entry[1] == _version(t)
+    entry = _entry(t)
+    return entry is not None and entry[1]
 
 
 def _valid(table, t):
@@ -78,6 +98,11 @@ def remember(t, span: Optional[Span], exact: bool = False) -> None:
     if version is not None:
         key = id(t)
         _known[key] = (weakref.ref(t, functools.partial(_drop, _known, key)), version, span, exact)
+        if _gate is not None:
+            if type(span[0]) is int and type(span[1]) is int and _INT64[0] <= span[0] and span[1] <= _INT64[1]:
+                _gate.span_set(t, span[0], span[1], exact)
+            else:
+                _gate.span_drop(t)          # an older span there would outlive this one
 
 
 # id(base) -> (weak reference, version, rest, length, stride, {storage offset: span}): the
@@ -265,6 +290,8 @@ def forget(t: torch.Tensor) -> None:
         if candidate is not None:
             _known.pop(id(candidate), None)
             _regions.pop(id(candidate), None)
+            if _gate is not None:
+                _gate.span_drop(candidate)
 
 
 def forget_all() -> None:
@@ -272,6 +299,8 @@ def forget_all() -> None:
     _known.clear()
     _regions.clear()
     _unwritten.clear()
+    if _gate is not None:
+        _gate.span_clear()
 
 
 def _drop(table: dict, key: int, ref: weakref.ref) -> None:

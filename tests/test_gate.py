@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import dmlshim
+from dmlshim import ranges
 from dmlshim.patches import _gate
 
 KERNEL_FILES = ("dispatcher.py", "_select.py")
@@ -272,11 +273,17 @@ DEVICE_CALLS = {
     "fill_": lambda a, m, w, i: m.clone().fill_(2.5),
     "views of inference tensors, in inference mode": lambda a, m, w, i: _in_inference(
         lambda: (m * 1).view(16).view(4, 4).t()),
+    # int64 of a span int_range keeps (an upload): its laws, decided in the compiled gate
+    "int64 i + 1": lambda a, m, w, i: i + 1,
+    "int64 i - 2, i * 3": lambda a, m, w, i: (i - 2, i * 3),
+    "int64 i > 3, i <= 2": lambda a, m, w, i: (i > 3, i <= 2),
+    "int64 clone": lambda a, m, w, i: i.clone(),
 }
 
 
-# device calls with nothing to fix that the Python gate sends to the fixes all the same
-PYTHON_GATE_ENTERS = {"a[1:]"}
+# device calls with nothing to fix that the Python gate sends to the fixes all the same: a
+# slice's anchor (offset_views) and int_range's laws are kept in C++ by the compiled gate only
+PYTHON_GATE_ENTERS = {"a[1:]", "int64 i + 1", "int64 i - 2, i * 3", "int64 i > 3, i <= 2", "int64 clone"}
 
 
 def b_of(a):
@@ -304,7 +311,10 @@ def test_device_calls_with_nothing_to_fix_run_no_python_kernel(gate, call, dml_d
 
 # a device call each fix may act on: the watch sends it to the Python kernel
 WATCHED = {
-    "an integer operand (int_range)": lambda a, m, w, i: i + 1,
+    "an integer result past 2**24 (int_range)": lambda a, m, w, i: i + 2 ** 24,
+    "an integer of a span not kept (int_range reads it)": lambda a, m, w, i: _forgotten(i) > 3,
+    "an integer view (int_range keeps views apart)": lambda a, m, w, i: i[1:].clone(),
+    "an integer number that is a float (int_range)": lambda a, m, w, i: i * 2.5,
     "a bool number (mul)": lambda a, m, w, i: a * True,
     "a bool tensor (mul)": lambda a, m, w, i: a * (a > 0),
     "an empty input (cat)": lambda a, m, w, i: torch.ops.aten.cat.default([a, a[:0]]),
@@ -328,6 +338,11 @@ WATCHED = {
 }
 
 
+def _forgotten(t):
+    ranges.forget(t)
+    return t
+
+
 def _in_inference(fn):
     with torch.inference_mode():
         return fn()
@@ -339,6 +354,52 @@ def test_device_calls_a_fix_may_act_on_reach_the_python_kernel(gate, case, dml_d
     values = _device_values(dml_device)
     assert _python_kernel_calls(lambda: WATCHED[case](*values)) > 0
     assert_parity(WATCHED[case](*values), WATCHED[case](*[v.cpu() for v in values]))
+
+
+@pytest.mark.parametrize("gate", ["compiled", "python"], indirect=True)
+def test_integer_calls_decided_by_a_law_keep_their_results_span(gate, dml_device):
+    """Either gate keeps the same spans: the compiled one in its table (``ranges.keep_in``)
+    for the calls it decides itself, read back through ``ranges``; a bound, not the values."""
+    i = torch.arange(8).to(dml_device)
+    assert ranges.known_span(i) == (0, 7) and ranges.known_exactly(i)
+    results = {"i + 1": i + 1, "i - 3": i - 3, "i * -2": i * -2, "clone": i.clone(),
+               "add.Scalar": torch.ops.aten.add.Scalar(i, 5, alpha=2)}
+    assert {k: ranges.known_span(v) for k, v in results.items()} == {
+        "i + 1": (1, 8), "i - 3": (-3, 4), "i * -2": (-14, 0), "clone": (0, 7), "add.Scalar": (10, 17)}
+    assert not any(ranges.known_exactly(v) for v in results.values())
+    ones = torch.ones(4, dtype=torch.int64, device=dml_device)     # fill_(1) inside the factory
+    assert ranges.known_span(ones) == (1, 1) and ranges.known_exactly(ones)
+    j = results["i + 1"]
+    j.add_(1)                                          # a write: the span kept is gone
+    assert ranges.known_span(j) is None
+    assert ranges.known_span(results["clone"][1:]) == (0, 7)     # a view: its base's
+
+
+def test_set_watch_tells_a_ranged_fix_law_with_what_the_others_watch():
+    @_gate.ranged(lambda op: "sum" if op is torch.ops.aten.add.Tensor else None)
+    @_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
+    def ranged_fix(op, keyset, args, kwargs):
+        return None
+
+    @_gate.watching(_gate.Watch(mixed=True))
+    def other(op, keyset, args, kwargs):
+        return None
+
+    told = []
+
+    class Registration:
+        def watch(self, *bits):
+            told.append(("watch", *bits))
+
+        def ranged(self, law, *bits):
+            told.append(("ranged", law, *bits))
+
+    _gate.set_watch(Registration(), torch.ops.aten.add.Tensor, [ranged_fix, other])
+    _gate.set_watch(Registration(), torch.ops.aten.sub.Tensor, [ranged_fix, other])
+    mixed = _gate.Watch(mixed=True).flags()
+    integers = sorted(_gate.INTEGERS, key=str)
+    assert told == [("watch", mixed, integers, [], []), ("ranged", _gate.LAWS["sum"], mixed, [], [], []),
+                    ("watch", mixed, integers, [], []), ("ranged", 0, 0, [], [], [])]
 
 
 @pytest.mark.parametrize("gate", ["compiled", "python"], indirect=True)
@@ -391,6 +452,9 @@ def test_a_watch_unites_its_fixes_and_a_retry_of_a_write_is_always():
     class Registration:
         def watch(self, flags, dtypes, numbers, ranks):
             told.append(flags)
+
+        def ranged(self, law, flags, dtypes, numbers, ranks):
+            assert (law, flags, dtypes, numbers, ranks) == (0, 0, [], [], [])    # no ranged fix: no law
 
     _gate.set_watch(Registration(), torch.ops.aten.mm.default, [retry])
     _gate.set_watch(Registration(), torch.ops.aten.mm.out, [retry])       # writes out=

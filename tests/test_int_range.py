@@ -10,6 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dmlshim
+from dmlshim import ranges
 from dmlshim.laws import integers
 from dmlshim.patches import int_range
 
@@ -223,6 +224,21 @@ def test_a_number_minus_a_tensor_with_the_shim(dml_device, shim_off, assert_pari
         assert_parity(torch.rsub(x.to(dml_device), 2), torch.rsub(x, 2))
 
 
+def test_add_scalar_takes_its_alpha_third(dml_device, shim_off, assert_parity):
+    """``add.Scalar``/``sub.Scalar`` take ``alpha`` positionally (``add.Tensor`` as a keyword):
+    the law's span and the two-tensor call of a range not kept count it (they once took 1)."""
+    dmlshim.activate(fallback="known")
+    ops = torch.ops.aten
+    for known in (True, False):
+        x = torch.arange(8).to(dml_device)
+        if not known:
+            ranges.forget(x)
+        for op in (ops.add.Scalar, ops.sub.Scalar):
+            y = op(x, 5, 2)
+            assert_parity(y, op(torch.arange(8), 5, 2))
+            assert ranges.known_span(y) in (None, (10, 17) if op is ops.add.Scalar else (-10, -3))
+
+
 _OPS = {"add": lambda x, n: x + n, "sub": lambda x, n: x - n, "rsub": lambda x, n: n - x,
         "mul": lambda x, n: x * n, "neg": lambda x, n: -x, "floordiv": lambda x, n: x // (abs(n) or 1),
         "remainder": lambda x, n: x % (abs(n) or 1), "clone": lambda x, n: x.clone(),
@@ -304,7 +320,6 @@ def test_past_the_span_with_the_shim(dml_device, shim_off, assert_parity, case):
                                    "('Cannot access storage of OpaqueTensorImpl')")
 def test_a_view_as_another_dtype_does_not_take_its_bases_range(dml_device, shim_off):
     """int64 -1's bytes are 255: a uint8 view's values are not among the int64 values."""
-    from dmlshim import ranges
 
     dmlshim.activate(fallback="known")
     x = torch.tensor([-1, 5]).to(dml_device)
@@ -415,7 +430,6 @@ def test_column_spans_bound_their_values(dml_device, default_shim, steps):
     element set, the whole tensor written (untracked: the version moves), a flat window
     added to or set (another geometry; windows overlap one another), every column's and
     window's span kept bounds its values, and so does the tensor's."""
-    from dmlshim import ranges
 
     path = torch.zeros((2, 6), dtype=torch.long).to(dml_device)
     for kind, a, b, k in steps:
@@ -449,7 +463,6 @@ def test_ones_like_and_full_keep_their_fill(dml_device, shim_off, range_reads, a
     see): their value is their span.  transformers' ``generate``: ``ones_like(x[0, :, 0],
     dtype=torch.int64).cumsum(0) - 1`` (Fun-ASR-Nano's ``cache_position``).  A fill past 32
     bits is known too, so the call it leaves runs on the CPU, read for nothing."""
-    from dmlshim import ranges
     dmlshim.activate(fallback="known")
     dmlshim.trace.reset()
 
@@ -495,7 +508,6 @@ def test_only_whole_floats_within_their_dtype_keep_a_span(dml_device, shim_off):
     """A float sum keeps a span only from an operand of whole values within it and a result
     whose every partial sum the dtype holds: not an arbitrary float's, not float16's past
     2**11 (``2049`` has no float16)."""
-    from dmlshim import ranges
     dmlshim.activate(fallback="known")
     d = dml_device
     mask = torch.ones(3000, dtype=torch.bool).to(d)
@@ -688,7 +700,6 @@ def test_a_rebound_masked_fill_reads_nothing(dml_device, shim_off, host_reads, a
 def test_an_index_key_is_the_views_own(shim_off, make, index):
     """``ranges.index_key`` computes ``t[index]``'s place from ``t``'s geometry, without the
     view: where it gives one, the view's own (a wrong one would keep a wrong span)."""
-    from dmlshim import ranges
 
     t = make()
     try:
@@ -721,7 +732,6 @@ def test_a_number_added_into_a_view_in_place_keeps_the_laws_way(dml_device, shim
 def test_a_dead_tensors_callback_drops_only_its_own_span(dml_device):
     """``ranges`` keeps no lock: a tensor's weak-reference callback, run late (on another
     thread, after its ``id`` went to a new tensor), leaves the new tensor's span alone."""
-    from dmlshim import ranges
     old = torch.arange(4).to(dml_device)
     ranges.remember(old, (0, 3))
     key, (old_ref, *_) = id(old), ranges._known[id(old)]

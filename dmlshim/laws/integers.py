@@ -52,14 +52,20 @@ def _symmetric(bound: int) -> Span:
 
 
 # The result's span from the measured operands' spans: f(spans, args, kwargs).  ``alpha`` and
-# ``beta`` are keyword-only in these schemas, so the dispatcher hands them in ``kwargs``.
+# ``beta`` are keyword-only in the Tensor and matrix schemas, so the dispatcher hands them in
+# ``kwargs``; ``add.Scalar``/``sub.Scalar`` take ``alpha`` third, in ``args``.
+def alpha_of(args, kwargs):
+    """An ``add``/``sub`` call's ``alpha``: positional (``.Scalar``) or keyword (``.Tensor``)."""
+    return args[2] if len(args) > 2 else kwargs.get("alpha", 1)
+
+
 def _sum(spans, args, kwargs):
-    alpha = kwargs.get("alpha", 1)
+    alpha = alpha_of(args, kwargs)
     return _add(spans[0], _mul(spans[1], (alpha, alpha)))
 
 
 def _difference(spans, args, kwargs):
-    alpha = kwargs.get("alpha", 1)
+    alpha = alpha_of(args, kwargs)
     return _add(spans[0], _neg(_mul(spans[1], (alpha, alpha))))
 
 

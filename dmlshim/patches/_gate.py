@@ -31,7 +31,7 @@ from typing import Callable, FrozenSet, Iterable, Optional, Union
 
 import torch
 
-from .. import cpp_build, fallback, islands
+from .. import cpp_build, fallback, islands, ranges
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "gate.cpp")
 TRAMPOLINE = "FPGA"
@@ -71,6 +71,7 @@ def _try():
                 try:
                     ext = cpp_build.build("dmlshim_gate", SOURCE, remember=True)
                     ext.set_special(islands.SPECIAL)   # a call holding one of these is not plain (the front)
+                    ranges.keep_in(ext)                 # the spans the gate's laws read (ranged())
                     status = Status("compiled", cpp_build.origin(ext), "", time.perf_counter() - start)
                 except Exception as exc:                   # no compiler, or a failed build
                     ext, status = None, Status("python", "python", _reason(exc), time.perf_counter() - start)
@@ -225,21 +226,51 @@ def watch_of(fix, op) -> Watch:
     return watch if isinstance(watch, Watch) else watch(op)
 
 
-def set_watch(registration, op, fixes: Iterable) -> None:
-    """The gate ``registration`` of ``op`` (compiled, or a :class:`PythonGate`) told the union
-    of ``fixes``' watches.  ``catch`` on an overload that writes its first
+# int_range's laws that the compiled gate applies itself (csrc/gate.cpp's Law): a fix declares
+# which with ranged()
+LAWS = {"sum": 1, "difference": 2, "product": 3, "compare": 4, "unchanged": 5, "out form": 6, "fill": 7}
+
+
+def ranged(law_of: Callable[[torch._ops.OpOverload], Optional[str]]):
+    """Declare that the compiled gate may take ``fix``'s decision itself for an overload
+    ``law_of(op)`` names a law of (:data:`LAWS`; None: not this one), where no other fix of
+    the overload watches the call: int_range's, by the value ranges it keeps there too
+    (``ranges.keep_in``).  The Python gate leaves every such call to the fix."""
+    def mark(fix):
+        fix.__dmlshim_ranged__ = law_of
+        return fix
+    return mark
+
+
+def _union(op, fixes) -> Watch:
+    """The union of ``fixes``' watches; ``catch`` on an overload that writes its first
     argument (in place, ``out=``) becomes ``always``: a retry after a partial write is not
     the call's."""
-    if registration is None:
-        return
     union = NOTHING
     for fix in fixes:
         union = union | watch_of(fix, op)
     first = op._schema.arguments[0].alias_info if op._schema.arguments else None
     if union.catch and (first is not None and first.is_write or any(a.is_out for a in op._schema.arguments)):
         union = union | ALWAYS
-    registration.watch(union.flags(), sorted(union.dtypes, key=str), sorted(union.numbers, key=str),
-                       sorted(union.ranks))
+    return union
+
+
+def _bits(watch: Watch) -> tuple:
+    return watch.flags(), sorted(watch.dtypes, key=str), sorted(watch.numbers, key=str), sorted(watch.ranks)
+
+
+def set_watch(registration, op, fixes: Iterable) -> None:
+    """The gate ``registration`` of ``op`` (compiled, or a :class:`PythonGate`) told the union
+    of ``fixes``' watches, and the law of the one fix declared :func:`ranged` (if any) with
+    the union of the others'."""
+    if registration is None:
+        return
+    fixes = tuple(fixes)
+    registration.watch(*_bits(_union(op, fixes)))
+    ranged_fixes = [f for f in fixes if getattr(f, "__dmlshim_ranged__", None) is not None]
+    law = LAWS.get(ranged_fixes[0].__dmlshim_ranged__(op)) if len(ranged_fixes) == 1 else None
+    others = [f for f in fixes if f not in ranged_fixes]
+    registration.ranged(law or 0, *_bits(_union(op, others) if law else NOTHING))
 
 
 # Watch's bits, as the Python gate tests them on every device call (no dict lookup there)
@@ -300,6 +331,10 @@ class PythonGate:
 
     def destroy(self) -> None:
         """Nothing to undo: the kernel goes with its library."""
+
+    def ranged(self, law: int, *others) -> None:
+        """Nothing: a law the compiled gate applies itself (:func:`ranged`) stays the fix's
+        here, with every call the fixes watch."""
 
     def __call__(self, keyset, *args, **kwargs):
         if self.always:

@@ -238,6 +238,7 @@ def _operand_span(value) -> Optional[Span]:
     return (int(value), int(value)) if isinstance(value, int) else None
 
 
+@_gate.ranged(lambda op: "fill" if op is _aten.fill_.Scalar else None)     # in the gate: a fill's value
 @_gate.watching(_gate.Watch(dtypes=_gate.INTEGERS))
 def _spanned(op, keyset, args, kwargs):
     """An integer op the defect leaves exact (``laws.integers.SPANS``: ``&``, ``|``,
@@ -325,6 +326,19 @@ _OUT_FORMS = {op: _out_forms(op) for op in RULES}
 _PASSING: contextvars.ContextVar = contextvars.ContextVar("dmlshim_int_range_passing", default=None)
 
 
+# the calls of a decode loop (``i + 1``, ``i > 3``, ``i.clone()``): where no other fix watches
+# one, the compiled gate decides it by these laws itself, from the spans it keeps too
+# (``ranges.keep_in``), with the verdict and the result's span this fix would give
+# (an "out form": the out= overload the real binary's functional kernel calls while the gate
+# passes that call on, as _PASSING here)
+_LAWS_IN_THE_GATE = {_aten.add.Tensor: "sum", _aten.add.Scalar: "sum", _aten.sub.Tensor: "difference",
+                     _aten.sub.Scalar: "difference", _aten.mul.Tensor: "product", _aten.mul.Scalar: "product",
+                     _aten.clone.default: "unchanged", **{op: "compare" for op in integers.COMPARISONS},
+                     **{op: "out form" for op in (_aten.add.out, _aten.sub.out, _aten.mul.out, _aten.lt.Scalar_out,
+                                                  _aten.le.Scalar_out, _aten.gt.Scalar_out, _aten.ge.Scalar_out)}}
+
+
+@_gate.ranged(_LAWS_IN_THE_GATE.get)
 @_gate.watching(lambda op: _gate.ALWAYS if op in _SORTS else _gate.Watch(dtypes=_gate.INTEGERS))
 def _guarded(op, keyset, args, kwargs):
     """The call on the CPU when its values leave the exact span, else on the device, its
@@ -458,7 +472,7 @@ def _number_of(op, args, kwargs) -> Optional[int]:
     if op not in _WITH_A_NUMBER:
         return None
     x, n = args[0], (args[1] if len(args) > 1 else kwargs.get("other"))
-    alpha = kwargs.get("alpha", 1)
+    alpha = integers.alpha_of(args, kwargs)
     if not isinstance(x, torch.Tensor) or x.is_cpu or x.dtype not in (torch.int32, torch.int64) \
             or type(alpha) is not int:
         return None

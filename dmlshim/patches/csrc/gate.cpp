@@ -28,6 +28,7 @@
 #include <atomic>
 #include <bitset>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -79,6 +80,10 @@ struct Watch {
   std::atomic<uint64_t> dtypes[2] = {0, 0};   // tensor dtypes and dtype= values watched
   std::atomic<uint64_t> numbers[2] = {0, 0};  // the dtypes of Python numbers (wrapped) watched
   std::atomic<uint64_t> ranks{0};             // tensor ranks watched (bit 63: 63 and more)
+  // int_range's law of this overload that the gate applies itself (Law; kNoLaw: none), and
+  // what the overload's other fixes look at (a typed gate's; null for the boxed Gate)
+  std::atomic<int> law{0};
+  std::shared_ptr<Watch> others;
 
   static bool has(const std::atomic<uint64_t>* bits, c10::ScalarType type) {
     const auto i = static_cast<size_t>(type);
@@ -110,6 +115,14 @@ class TensorTable {
     const auto found = entries_.find(t.unsafeGetTensorImpl());
     if (found == entries_.end() || found->second.first.expired()) return std::nullopt;
     return found->second.second;
+  }
+  void remove(const at::TensorBase& t) {
+    std::lock_guard<std::mutex> guard(lock_);
+    entries_.erase(t.unsafeGetTensorImpl());
+  }
+  void clear() {
+    std::lock_guard<std::mutex> guard(lock_);
+    entries_.clear();
   }
 
  private:
@@ -154,6 +167,168 @@ TensorTable<bool>& marked() {
 // t marked or, for a view, its base
 bool is_marked(const at::Tensor& t) {
   return marked().find(t) || (t.is_view() && marked().find(t._base()));
+}
+
+// The value ranges of integer device tensors (dmlshim/ranges.py keeps each one here too, as
+// it keeps it in Python): least, greatest, whether they are the values' own (not a bound),
+// and the tensor's version then (a write moves it, and the span is gone).
+struct Span {
+  int64_t lo, hi;
+  bool exact;
+  int64_t version;
+};
+
+TensorTable<Span>& spans() {
+  static auto* table = new TensorTable<Span>();
+  return *table;
+}
+
+// t's span while its version has not moved; none for an inference tensor (no version)
+std::optional<Span> known(const at::Tensor& t) {
+  if (t.is_inference()) return std::nullopt;
+  auto found = spans().find(t);
+  if (!found || found->version != t._version()) return std::nullopt;
+  return found;
+}
+
+void keep(const at::Tensor& t, int64_t lo, int64_t hi, bool exact) {
+  if (t.defined() && !t.is_inference()) spans().add(t, Span{lo, hi, exact, t._version()});
+}
+
+// int_range's laws (patches/int_range.py, laws/integers.py) for the integer calls a decode
+// loop makes most, decided here where Python would pass the call on unchanged: integer
+// arithmetic with a number computes in float32 on DirectML (exact within 2**24), int64
+// comparisons and clone read 32 bits (docs/defects.md, int_range).  Any other case (a span
+// not kept, a value past the law's exact span, a view, a float or bool number) goes to
+// Python, which reads, moves the call or computes it otherwise.
+// kOutForm: an out= overload (add.out) that the device's functional kernel (add.Tensor's on the
+// real binary) calls while the gate passes that functional call on: measured already, it
+// passes too (int_range's _PASSING)
+// kFill: an integer fill_ (the real binary's comparison with a number fills one): its value.
+enum Law : int { kNoLaw = 0, kSum, kDifference, kProduct, kCompare, kUnchanged, kOutForm, kFill };
+constexpr int64_t kFloatExact = int64_t{1} << 24;
+constexpr int64_t kBits32 = int64_t{1} << 31;
+
+bool within(int64_t lo, int64_t hi, int64_t bound) { return -bound < lo && hi < bound; }
+
+// the call passes; its result's span kept where record
+struct Ruling {
+  bool record;
+  int64_t lo = 0, hi = 0;
+  bool exact = false;       // the values' own span (a fill's), not a bound
+};
+
+// a Python int: the wrapped number it became in a Tensor slot, or a Scalar (not a bool,
+// float or symbolic one)
+std::optional<int64_t> integer(const at::Tensor& t) {
+  if (!t.defined() || !t.unsafeGetTensorImpl()->is_wrapped_number() || t.scalar_type() != at::kLong)
+    return std::nullopt;
+  return *t.const_data_ptr<int64_t>();
+}
+
+std::optional<int64_t> integer(const c10::Scalar& s) {
+  if (s.isSymbolic() || s.type() != at::kLong) return std::nullopt;
+  return s.toLong();
+}
+
+// self as the laws take it: a tensor of the target device, not a view (Python keeps a view's
+// span apart: ranges.remember_region) and not a wrapped number
+bool plain(const at::Tensor& t, c10::DeviceType target) {
+  return t.defined() && t.device().type() == target && !t.is_view() &&
+         !t.unsafeGetTensorImpl()->is_wrapped_number() && !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+}
+
+// x + n * alpha, x - n * alpha, x * n of an int32/int64 x: the float32 law (int_range._guarded
+// with _number_of's number and integers.assess by the spans kept)
+std::optional<Ruling> arithmetic(int law, c10::DeviceType target, const at::Tensor& x, std::optional<int64_t> n,
+                                 std::optional<int64_t> alpha) {
+  if (!n || !alpha || !plain(x, target) || (x.scalar_type() != at::kInt && x.scalar_type() != at::kLong))
+    return std::nullopt;
+  const auto span = known(x);
+  if (!span || !within(span->lo, span->hi, kFloatExact) || !within(*n, *n, kFloatExact) ||
+      !within(*alpha, *alpha, kFloatExact))
+    return std::nullopt;
+  int64_t lo, hi;
+  if (law == kProduct) {
+    lo = std::min(span->lo * *n, span->hi * *n);
+    hi = std::max(span->lo * *n, span->hi * *n);
+  } else {
+    const int64_t shift = (law == kSum ? 1 : -1) * *alpha * *n;
+    lo = span->lo + shift;
+    hi = span->hi + shift;
+  }
+  if (!within(lo, hi, kFloatExact)) return std::nullopt;
+  return Ruling{true, lo, hi};
+}
+
+// lt/le/gt/ge of an integer x and a number: int64 reads 32 bits (a span kept within them
+// passes; Python casts an unknown one to float32), int32 keeps every bit; a bool result
+// keeps no span
+std::optional<Ruling> compare(c10::DeviceType target, const at::Tensor& x, std::optional<int64_t> n) {
+  if (!n || !plain(x, target)) return std::nullopt;
+  if (x.scalar_type() == at::kInt) return Ruling{false};
+  const auto span = x.scalar_type() == at::kLong ? known(x) : std::nullopt;
+  if (!span || !within(span->lo, span->hi, kBits32) || !within(*n, *n, kBits32)) return std::nullopt;
+  return Ruling{false};
+}
+
+// clone: int64 reads 32 bits, int32 keeps every bit; the copy's span is its self's (a bound)
+std::optional<Ruling> unchanged(c10::DeviceType target, const at::Tensor& x) {
+  if (!plain(x, target)) return std::nullopt;
+  const auto span = known(x);
+  if (x.scalar_type() == at::kInt) return span ? Ruling{true, span->lo, span->hi} : Ruling{false};
+  if (x.scalar_type() != at::kLong || !span || !within(span->lo, span->hi, kBits32)) return std::nullopt;
+  return Ruling{true, span->lo, span->hi};
+}
+
+// the operator (aten::add) whose functional call this thread's gate is passing on by its law
+thread_local const c10::OperatorName* passing = nullptr;
+
+struct Passing {
+  const c10::OperatorName* before;
+  explicit Passing(const c10::OperatorName* name) : before(passing) { passing = name; }
+  ~Passing() { passing = before; }
+};
+
+// fill_ of an int32/int64 tensor with a number it holds: every value that number
+// (int_range._spanned's exact span)
+std::optional<Ruling> filled(c10::DeviceType target, const at::Tensor& x, std::optional<int64_t> n) {
+  if (!n || !plain(x, target)) return std::nullopt;
+  const bool fits = x.scalar_type() == at::kLong ||
+                    (x.scalar_type() == at::kInt && *n >= std::numeric_limits<int32_t>::min() &&
+                     *n <= std::numeric_limits<int32_t>::max());
+  if (!fits) return std::nullopt;
+  return Ruling{true, *n, *n, true};
+}
+
+// The law's ruling on a typed call, by its signature; none (Python) for any other
+template <class... A>
+std::optional<Ruling> rule(int, c10::DeviceType, const A&...) { return std::nullopt; }
+
+std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self, const at::Tensor& other,
+                           const c10::Scalar& alpha) {      // add.Tensor, sub.Tensor
+  return law == kSum || law == kDifference ? arithmetic(law, target, self, integer(other), integer(alpha)) : std::nullopt;
+}
+
+std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self, const c10::Scalar& other,
+                           const c10::Scalar& alpha) {      // add.Scalar, sub.Scalar
+  return law == kSum || law == kDifference ? arithmetic(law, target, self, integer(other), integer(alpha)) : std::nullopt;
+}
+
+std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self, const at::Tensor& other) {
+  if (law == kProduct) return arithmetic(law, target, self, integer(other), int64_t{1});   // mul.Tensor
+  return law == kCompare ? compare(target, self, integer(other)) : std::nullopt;          // lt.Tensor ...
+}
+
+std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self, const c10::Scalar& other) {
+  if (law == kFill) return filled(target, self, integer(other));                         // fill_.Scalar
+  if (law == kProduct) return arithmetic(law, target, self, integer(other), int64_t{1});   // mul.Scalar
+  return law == kCompare ? compare(target, self, integer(other)) : std::nullopt;          // lt.Scalar ...
+}
+
+std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self,
+                           const std::optional<c10::MemoryFormat>&) {                     // clone
+  return law == kUnchanged ? unchanged(target, self) : std::nullopt;
 }
 
 // One pass over a device call's arguments: whether Python must see it.
@@ -350,6 +525,8 @@ struct Registration {
   std::shared_ptr<Watch> watching;
   void destroy() { library.reset(); }
   void watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers, const py::iterable& ranks);
+  void ranged(int law, uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers,
+              const py::iterable& ranks);
 };
 
 struct Quiet final : c10::WarningHandler {
@@ -389,12 +566,36 @@ struct Typed<R(A...)> {
                                    c10::DeviceType target, std::shared_ptr<Watch> watch) {
     // typed<>() checks the signature against the operator's C++ one (throws if it differs)
     auto op = handle.typed<R(A...)>();
-    return torch::CppFunction([op, backend, target, watch](DispatchKeySet ks, A... a) -> R {
+    c10::OperatorName name(handle.schema().name(), "");     // the operator, whatever the overload
+    return torch::CppFunction([op, name, backend, target, watch](DispatchKeySet ks, A... a) -> R {
       const auto below = ks & kBelow;
       if (!ks.has_backend(backend)) return op.redispatch(below, a...);
       const auto python = below | DispatchKeySet(kTrampoline);
       const auto found = verdict(*watch, target, ks, a...);
-      if (found.python) return op.redispatch(python, a...);
+      if (found.python) {
+        // int_range's law decided here, where no other fix of the overload looks at the call
+        const int law = watch->law.load(std::memory_order_relaxed);
+        if (law != kNoLaw && !verdict(*watch->others, target, ks, a...).python) {
+          if constexpr (std::is_same_v<R, at::Tensor>) {
+            if (const auto ruling = rule(law, target, a...)) {
+              Passing guard(&name);
+              auto result = op.redispatch(below, a...);
+              if (ruling->record) keep(result, ruling->lo, ruling->hi, false);
+              return result;
+            }
+          } else if constexpr (std::is_same_v<R, at::Tensor&>) {
+            if (law == kOutForm && passing && *passing == name) return op.redispatch(below, a...);
+            if (law == kFill) {
+              if (const auto ruling = rule(law, target, a...)) {
+                auto& result = op.redispatch(below, a...);
+                keep(result, ruling->lo, ruling->hi, ruling->exact);   // gone once a caller's write moves the version
+                return result;
+              }
+            }
+          }
+        }
+        return op.redispatch(python, a...);
+      }
       if constexpr (std::is_same_v<R, at::Tensor>) {
         if (found.delta != 0) {   // as_strided at an offset: the view marked (offset_views)
           auto view = op.redispatch(below, a...);
@@ -433,6 +634,7 @@ using InPlaceAlpha = Tensor&(Tensor&, const Tensor&, const Scalar&);
 using Sizes = Tensor(const Tensor&, SymIntArrayRef);
 using Strided = Tensor(const Tensor&, SymIntArrayRef, SymIntArrayRef);
 using MatAdd = Tensor(const Tensor&, const Tensor&, const Tensor&, const Scalar&, const Scalar&);
+using ScalarOut = Tensor&(const Tensor&, const Scalar&, Tensor&);
 
 // overload -> its typed gate; every other overload gets the boxed Gate
 const std::unordered_map<std::string, Register>& typed_gates() {
@@ -448,6 +650,9 @@ const std::unordered_map<std::string, Register>& typed_gates() {
       {"aten::mul.Scalar", typed<WithScalar>()}, {"aten::lt.Scalar", typed<WithScalar>()},
       {"aten::le.Scalar", typed<WithScalar>()}, {"aten::gt.Scalar", typed<WithScalar>()},
       {"aten::ge.Scalar", typed<WithScalar>()}, {"aten::pow.Tensor_Scalar", typed<WithScalar>()},
+      // the out= kernels the real binary's comparisons with a number reach (int_range's out form)
+      {"aten::lt.Scalar_out", typed<ScalarOut>()}, {"aten::le.Scalar_out", typed<ScalarOut>()},
+      {"aten::gt.Scalar_out", typed<ScalarOut>()}, {"aten::ge.Scalar_out", typed<ScalarOut>()},
       {"aten::add.Scalar", typed<WithScalarAlpha>()}, {"aten::sub.Scalar", typed<WithScalarAlpha>()},
       {"aten::rsub.Scalar", typed<WithScalarAlpha>()},
       {"aten::mul_.Tensor", typed<InPlace>()}, {"aten::add_.Tensor", typed<InPlaceAlpha>()},
@@ -521,6 +726,7 @@ std::optional<Registration> typed_gate(const std::string& op_name, const std::st
   const auto target = c10::Device(device_type).type();
   const auto backend = c10::toBackendComponent(c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(target)));
   auto watch = std::make_shared<Watch>();
+  watch->others = std::make_shared<Watch>();     // before the kernel exists: never changed after
   auto kernel = to_copy ? to_copy_gate(handle, backend, target, watch) : found->second(handle, backend, target, watch);
   static Quiet quiet;                                      // torch's kernel comes back with destroy()
   c10::WarningUtils::WarningHandlerGuard guard(&quiet);
@@ -1004,15 +1210,31 @@ void set_bits(std::atomic<uint64_t>* bits, const py::iterable& dtypes) {
   bits[1].store(set[1]);
 }
 
-void Registration::watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers,
-                         const py::iterable& ranks) {
+void set_watch(Watch& watch, uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers,
+               const py::iterable& ranks) {
   uint64_t rank_bits = 0;
   for (const auto& rank : ranks) rank_bits |= uint64_t{1} << std::min<int64_t>(rank.cast<int64_t>(), 63);
-  watching->flags.store(kAlways);                  // every call to Python while the rest changes
-  set_bits(watching->dtypes, dtypes);
-  set_bits(watching->numbers, numbers);
-  watching->ranks.store(rank_bits);
-  watching->flags.store(flags);
+  watch.flags.store(kAlways);                      // every call to Python while the rest changes
+  set_bits(watch.dtypes, dtypes);
+  set_bits(watch.numbers, numbers);
+  watch.ranks.store(rank_bits);
+  watch.flags.store(flags);
+}
+
+void Registration::watch(uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers,
+                         const py::iterable& ranks) {
+  set_watch(*watching, flags, dtypes, numbers, ranks);
+}
+
+// A typed gate's int_range law and what the overload's other fixes look at (the boxed Gate
+// has neither: nothing to set)
+void Registration::ranged(int law, uint32_t flags, const py::iterable& dtypes, const py::iterable& numbers,
+                          const py::iterable& ranks) {
+  if (!watching->others) return;
+  if (law < kNoLaw || law > kFill) throw py::value_error("ranged: law out of range");
+  watching->law.store(kNoLaw);                    // no law while the others' watch changes
+  set_watch(*watching->others, flags, dtypes, numbers, ranks);
+  watching->law.store(law);
 }
 
 }  // namespace
@@ -1020,7 +1242,9 @@ void Registration::watch(uint32_t flags, const py::iterable& dtypes, const py::i
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Registration>(m, "Registration")
       .def("destroy", &Registration::destroy)
-      .def("watch", &Registration::watch, "What the fixes look at on a device call: flags (_gate.Watch), dtypes, numbers' dtypes");
+      .def("watch", &Registration::watch, "What the fixes look at on a device call: flags (_gate.Watch), dtypes, numbers' dtypes")
+      .def("ranged", &Registration::ranged,
+           "int_range's law the gate applies itself (0: none), and what the other fixes look at (as watch)");
   m.def("gate", &gate, "Register the gate at op's BackendSelect key for device_type");
   m.def("typed_gate", &typed_gate, "Register op's typed gate at BackendSelect for device_type, or None");
   m.def("backend_gate", &backend_gate,
@@ -1038,6 +1262,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           return std::make_tuple(anchor ? py::cast(at::Tensor(std::move(anchor))) : py::none(), offset);
         }, "(anchor or None where it has gone, offset) that mark_anchored or the as_strided gate gave t; offset 0: none");
   m.def("set_special", &set_special, "The dtypes a plain call (the front's fast path) holds none of");
+  m.def("span_set", [](const at::Tensor& t, int64_t lo, int64_t hi, bool exact) { keep(t, lo, hi, exact); },
+        "Keep t's span (least, greatest; exact: its values' own) until its version moves (ranges.remember)");
+  m.def("span_get", [](const at::Tensor& t) -> py::object {
+          const auto span = known(t);
+          if (!span) return py::none();
+          return py::make_tuple(py::make_tuple(span->lo, span->hi), span->exact);
+        }, "((least, greatest), exact) kept for t at its version, or None");
+  m.def("span_drop", [](const at::Tensor& t) { spans().remove(t); }, "Drop t's span");
+  m.def("span_clear", [] { spans().clear(); }, "Drop every span");
   m.def("below", [] { return kBelow - DispatchKeySet(kTrampoline); },
         "The keys under BackendSelect but the trampoline: a Python kernel's redispatch");
 }
