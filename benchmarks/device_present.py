@@ -16,8 +16,13 @@ With ``--device directml`` the same runs on the real torch-directml 0.2.5 (under
 ``python -m dmlshim realdml run --``, docs/realdml.md; ``device_present-realdml.json``):
 lavapipe is a CPU, so only what the shim adds means something there.
 
-Run: ``python benchmarks/device_present.py [--quick] [--json PATH] [--device D]`` (default
-``benchmarks/results/device_present-torch<version>.json``).
+With ``--installed`` it times the dmlshim installed in the running Python instead of this
+checkout's, and requires its gate to be the wheel's prebuilt one: the users' configuration,
+no compiler on PATH (``device_present-prebuilt-torch<version>.json``, with ``--device
+directml`` ``device_present-realdml-prebuilt.json``; docs/performance.md says how).
+
+Run: ``python benchmarks/device_present.py [--quick] [--json PATH] [--device D] [--installed]``
+(default ``benchmarks/results/device_present-torch<version>.json``).
 """
 import os
 import sys
@@ -28,7 +33,8 @@ import torch.nn.functional as F
 
 import timing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))    # this checkout's dmlshim
+if "--installed" not in sys.argv:                                   # else the installed wheel's
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))    # this checkout's dmlshim
 
 BEFORE, PYTHON, COMPILED = "no activate()", "activate(), gate: python", "activate(), gate: compiled"
 NUMBER = 1000               # calls per round
@@ -36,17 +42,16 @@ NUMBER = 1000               # calls per round
 
 def cases(dev):
     """``{name: zero-argument call}``: issue 38's calls on small tensors, on the CPU and on
-    ``dev``, none of which needs a fix, and issue 48's integer calls of a range int_range
-    knows (an activated variant reads it once after its ``activate()``, as a model's first
-    call would); and three device calls of the aten overloads themselves (the gate's part of
-    the device rows)."""
+    ``dev``, none of which needs a fix, and issue 48's integer calls of token ids whose range
+    int_range knows (:data:`IDS`); and three device calls of the aten overloads themselves
+    (the gate's part of the device rows)."""
     a, b = torch.rand(64), torch.rand(64)
     m, w, bias = torch.rand(8, 8), torch.rand(8, 8), torch.rand(8)
     x, k = torch.rand(1, 4, 16), torch.rand(4, 4, 3)
-    i = torch.arange(64)          # int64 token ids: their range is known once copied over
     out = {}
     for where, move in (("cpu", lambda t: t), ("device", lambda t: t.to(dev))):
-        a_, b_, m_, w_, bias_, x_, k_, i_ = map(move, (a, b, m, w, bias, x, k, i))
+        a_, b_, m_, w_, bias_, x_, k_ = map(move, (a, b, m, w, bias, x, k))
+        ids = (lambda: IDS["cpu"]) if where == "cpu" else (lambda: IDS["device"])
         out.update({
             f"{where}: a * b": lambda a_=a_, b_=b_: a_ * b_,
             f"{where}: a + b": lambda a_=a_, b_=b_: a_ + b_,
@@ -57,9 +62,9 @@ def cases(dev):
             f"{where}: F.linear 8x8": lambda m_=m_, w_=w_, bias_=bias_: F.linear(m_, w_, bias_),
             f"{where}: torch.matmul 8x8": lambda m_=m_: torch.matmul(m_, m_),
             f"{where}: a.to(float16)": lambda a_=a_: a_.to(torch.float16),
-            f"{where}: int64 i + 1": lambda i_=i_: i_ + 1,
-            f"{where}: int64 i > 3": lambda i_=i_: i_ > 3,
-            f"{where}: int64 i.clone()": lambda i_=i_: i_.clone(),
+            f"{where}: int64 i + 1": lambda ids=ids: ids() + 1,
+            f"{where}: int64 i > 3": lambda ids=ids: ids() > 3,
+            f"{where}: int64 i.clone()": lambda ids=ids: ids().clone(),
         })
     # the aten overloads themselves, no Python-level wrapper of dmlshim's on the way: what the
     # compiled gate alone adds to a device call (the rows above add the wrappers')
@@ -73,12 +78,31 @@ def cases(dev):
     return out
 
 
-def _activate(gate):
+# int64 token ids, copied over again after each variant's activate(): so int_range knows
+# their range, as it knows an upload's (an upload before activate() has none, and x + n then
+# stays two tensors on the device without a read)
+IDS = {"cpu": torch.arange(64)}
+
+
+def _upload(dev):
+    IDS["device"] = IDS["cpu"].to(dev)
+
+
+def _activate(gate, dev):
     def setup():
         import dmlshim
         dmlshim.deactivate()
         os.environ["DMLSHIM_GATE"] = gate
         dmlshim.activate(trace=0)
+        _upload(dev)
+    return setup
+
+
+def _deactivate(dev):
+    def setup():
+        import dmlshim
+        dmlshim.deactivate()
+        _upload(dev)
     return setup
 
 
@@ -87,28 +111,35 @@ def main():
     parser.add_argument("--repeats", type=int, default=15, help="rounds of 1,000 calls (default 15)")
     parser.add_argument("--device", choices=("emulated", "directml"), default="emulated",
                         help="the emulated device (default) or the real torch-directml")
+    parser.add_argument("--installed", action="store_true",
+                        help="the installed dmlshim, whose gate must be the wheel's prebuilt one")
     args = parser.parse_args()
     import dmlshim
     from dmlshim import emulation, probing
     from dmlshim.patches import _gate
 
+    prebuilt = "-prebuilt" if args.installed else ""
     if args.device == "directml":
         import torch_directml
         dev = torch_directml.device()
         if args.json is None and not args.quick:
-            args.json = timing.results_path("device_present-realdml.json")
+            args.json = timing.results_path(f"device_present-realdml{prebuilt}.json")
     else:
-        timing.default_json(args, "device_present")
+        timing.default_json(args, f"device_present{prebuilt}")
         dev = emulation.install()
     compiled = _gate.extension("auto") is not None
+    origin = _gate.status().origin
+    if args.installed and origin != "prebuilt":
+        parser.error(f"--installed: the gate is {origin!r}, not the wheel's prebuilt one ({_gate.status().reason})")
     dmlshim.activate(trace=0)                # probe once; each turn's activate() reuses the verdicts,
     detection = probing.last()               # as the cache does for a real adapter (the emulated
     probing.detect = lambda *args, **kwargs: detection     # device's are never cached)
     dmlshim.deactivate()
     torch.set_num_threads(1)
-    setup = {BEFORE: dmlshim.deactivate, PYTHON: _activate("python")}
+    setup = {BEFORE: _deactivate(dev), PYTHON: _activate("python", dev)}
     if compiled:
-        setup[COMPILED] = _activate("compiled")
+        setup[COMPILED] = _activate("compiled", dev)
+    _upload(dev)
     rows, repeats = [], 2 if args.quick else args.repeats
     number = NUMBER // 5 if args.quick else NUMBER
     for case, call in cases(dev).items():
@@ -120,7 +151,8 @@ def main():
     dmlshim.deactivate()
     where = "the real torch-directml on lavapipe" if args.device == "directml" else "the emulated device"
     timing.finish(args, "device_present", rows, {"torch": torch.__version__, "device": f"{dev} ({where})",
-                                                 "compiled_gate": compiled, "threads": 1, "number": number})
+                                                 "compiled_gate": compiled, "gate_origin": origin,
+                                                 "threads": 1, "number": number})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ torch and toolchain (``python -m dmlshim gate --rebuild`` forgets it).
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import importlib.util
 import json
@@ -121,20 +122,31 @@ def build(prefix: str, source: str, *, remember: bool = False):
     return module
 
 
-def prebuild(prefix: str, source: str) -> str:
+def prebuild(prefix: str, source: str, stash: Optional[str] = None) -> list:
     """Build ``source`` here and copy the module into ``dmlshim/_prebuilt`` under its Python
     extension name, for a platform wheel (``make wheel-check``; setup.py tags the wheel).
-    Returns the copy's path.
+    ``stash``: a folder that keeps each torch's build across lanes (CI installs one torch at a
+    time): this one is added there, and the builds of the same source for other torch versions
+    kept there are copied into ``_prebuilt`` too, so the wheel carries one per torch
+    (:func:`build` loads the one of the running torch).  Returns the paths in ``_prebuilt``.
 
     Raises:
         RuntimeError: no compiler or ninja, or the build failed.
     """
     module = build(prefix, source)
-    target = os.path.join(PREBUILT_DIR, module_name(prefix, source) + sysconfig.get_config_var("EXT_SUFFIX"))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    name = module_name(prefix, source)
+    target = os.path.join(PREBUILT_DIR, name + suffix)
+    os.makedirs(PREBUILT_DIR, exist_ok=True)
     if os.path.abspath(module.__file__) != target:
-        os.makedirs(PREBUILT_DIR, exist_ok=True)
         shutil.copyfile(module.__file__, target)
-    return target
+    if stash is not None:
+        os.makedirs(stash, exist_ok=True)
+        shutil.copyfile(target, os.path.join(stash, name + suffix))
+        same_source = f"{prefix}_torch*_{name.rsplit('_', 1)[1]}{suffix}"
+        for kept in glob.glob(os.path.join(stash, same_source)):
+            shutil.copyfile(kept, os.path.join(PREBUILT_DIR, os.path.basename(kept)))
+    return sorted(glob.glob(os.path.join(PREBUILT_DIR, "*" + suffix)))
 
 
 # ------------------------------------------------------------------ failed builds, remembered

@@ -416,12 +416,12 @@ def _gates(d):
 
 def _present_figure(where):
     """The span of µs added and min ratios over ``where``'s cases: the compiled gate's, then
-    the Python kernels' (no compiler)."""
+    the Python gate's (no compiler and no prebuilt gate for the platform and torch)."""
     def figure(d):
         parts = []
         for gate in _gates(d):
             found = _min_ratios(d, gate, BEFORE, lambda c: c.startswith(where + ":")).values()
-            parts.append(("" if gate == GATE_COMPILED else "no compiler: ")
+            parts.append(("" if gate == GATE_COMPILED else "Python gate: ")
                          + f"{_span([a for _, a in found], _us)} ({_span([r for r, _ in found], _ratio)})")
         return "; ".join(parts)
     return figure
@@ -442,10 +442,10 @@ def _model_figure(d, cases=None):
 
 
 def _both_gates(rows, case, variant, figure):
-    """``figure(variant)``, then `` (no compiler: ...)`` with ``figure`` of its Python-gate
+    """``figure(variant)``, then `` (Python gate: ...)`` with ``figure`` of its Python-gate
     twin (``"..., gate: python"``: benchmarks/timing.activated) where the file has one."""
     twin = variant + ", gate: python"
-    return figure(variant) + (f" (no compiler: {figure(twin)})" if (case, twin) in rows else "")
+    return figure(variant) + (f" (Python gate: {figure(twin)})" if (case, twin) in rows else "")
 
 
 def _output_figure(same, extra):
@@ -487,7 +487,7 @@ HEADLINE = (
     ("No DirectML device: CPU `mul`, `add`, `cat`, `relu`, `matmul`, `linear` (64 floats) after "
      "`activate()` against before", "no_device", _no_device_figure),
     ("A DirectML device present: CPU `mul`, `add`, `view`, slicing, `cat`, `conv1d`, `linear`, "
-     "`matmul`, `to` after `activate()` against before (minimum, per call)", "device_present",
+     "`matmul`, `to`, int64 after `activate()` against before (minimum, per call)", "device_present",
      _present_figure("cpu")),
     ("The same calls on the device, nothing to fix", "device_present", _present_figure("device")),
     ("LSTM on the device (a CPU round trip, cached weights) against the CPU (minimum)", "rnn_routes",
@@ -507,7 +507,7 @@ def headline_table(readme: bool = False):
     for what, prefix, figure in HEADLINE:
         if readme and prefix == "rnn_routes":
             continue
-        lanes = _present_lanes() if prefix == "device_present" else _lanes(prefix)
+        lanes = _present_lanes(prebuilt=False) if prefix == "device_present" else _lanes(prefix)
         for i, (name, d) in enumerate(lanes):
             lines.append("| " + " | ".join(_cell(x) for x in (
                 what if i == 0 else "", _present_lane(name, d), figure(d), _cite(name, d))) + " |")
@@ -532,15 +532,23 @@ def no_device_table():
                                + "; ".join(_cite(n, d) for n, d in lanes) + ".")
 
 
-def _present_lanes():
+def _present_lanes(prebuilt: bool = True):
     """device_present's files: each torch lane's on the emulated device, then the real
-    binary's (``device_present-realdml.json``) where it was run."""
-    real = "device_present-realdml.json"
-    return _lanes("device_present") + ([(real, _load(real))] if os.path.isfile(os.path.join(RESULTS, real)) else [])
+    binary's (``device_present-realdml.json``) where it was run; then (``prebuilt``) the same
+    with the installed wheel's prebuilt gate and no compiler (``--installed``) where run."""
+    def present(name):
+        return [(name, _load(name))] if os.path.isfile(os.path.join(RESULTS, name)) else []
+    lanes = _lanes("device_present") + present("device_present-realdml.json")
+    if not prebuilt:
+        return lanes
+    installed = glob.glob(os.path.join(RESULTS, "device_present-prebuilt-*"))
+    installed = _lanes("device_present-prebuilt") if installed else []
+    return lanes + installed + present("device_present-realdml-prebuilt.json")
 
 
 def _present_lane(name, d):
-    return _lane(d) + (", real torch-directml (lavapipe)" if "realdml" in name else "")
+    return (_lane(d) + (", real torch-directml (lavapipe)" if "realdml" in name else "")
+            + (", the wheel's prebuilt gate, no compiler" if d["extra"].get("gate_origin") == "prebuilt" else ""))
 
 
 def device_present_table():

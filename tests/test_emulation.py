@@ -97,9 +97,12 @@ def test_binding_choice_and_bad_values(monkeypatch):
     monkeypatch.setenv("DMLSHIM_EMULATION_BINDING", "Compiled")
     assert _backend.select_binding() is _compiled
     monkeypatch.delenv("DMLSHIM_EMULATION_BINDING")
-    # Without a toolchain: the Python API where torch has it, else the compiled
-    # binding, whose build then names what is missing.
+    # Without a toolchain: the compiled binding where a build of it exists, else the Python
+    # API where torch has it, else the compiled binding, whose build then names what is missing.
     monkeypatch.setattr(_compiled, "missing_tools", lambda: ["ninja (pip install ninja)"])
+    monkeypatch.setattr("dmlshim.cpp_build.exists", lambda name: True)
+    assert _backend.select_binding() is _compiled
+    monkeypatch.setattr("dmlshim.cpp_build.exists", lambda name: False)
     expected = _python_api if _python_api.available() else _compiled
     assert _backend.select_binding() is expected
     if not _python_api.available():

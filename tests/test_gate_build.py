@@ -118,3 +118,29 @@ def test_info_states_the_gate(no_compiler_env):
     text = subprocess.run([sys.executable, "-m", "dmlshim", "gate"], env=no_compiler_env,
                           capture_output=True, text=True, timeout=600).stdout
     assert text.startswith("gate") and "Python" in text and "C++ compiler" in text
+
+
+def test_prebuild_keeps_each_torchs_gate_for_one_wheel(tmp_path, monkeypatch):
+    """``make wheel-check`` on each lane: this torch's build goes into ``_prebuilt`` and the
+    stash, and the stash's builds of the same source for other torch versions come back
+    into ``_prebuilt`` (CI's 2.4.1 wheel carries the 2.13 lane's gate); another source's do not."""
+    import sysconfig
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    source = tmp_path / "gate.cpp"
+    source.write_text("// a source")
+    name = cpp_build.module_name("dmlshim_gate", str(source))
+    built = tmp_path / "cache" / (name + ".so")
+    built.parent.mkdir()
+    built.write_bytes(b"this torch's build")
+    monkeypatch.setattr(cpp_build, "build", lambda prefix, src: type("M", (), {"__file__": str(built)}))
+    monkeypatch.setattr(cpp_build, "PREBUILT_DIR", str(tmp_path / "_prebuilt"))
+    stash = tmp_path / "stash"
+    stash.mkdir()
+    digest = name.rsplit("_", 1)[1]
+    (stash / f"dmlshim_gate_torch9_9_9_{digest}{suffix}").write_bytes(b"another lane's")
+    (stash / f"dmlshim_gate_torch9_9_9_00000000{suffix}").write_bytes(b"another source's")
+    paths = cpp_build.prebuild("dmlshim_gate", str(source), stash=str(stash))
+    other_lane = f"dmlshim_gate_torch9_9_9_{digest}{suffix}"
+    assert sorted(os.path.basename(p) for p in paths) == sorted([name + suffix, other_lane])
+    assert (stash / (name + suffix)).read_bytes() == b"this torch's build"
+    assert cpp_build.prebuild("dmlshim_gate", str(source)) == paths      # no stash: _prebuilt as it is

@@ -453,7 +453,8 @@ def _ops_needing_direct_kernels():
 
 
 def select_binding():
-    """The compiled binding on every torch; the Python API one where it cannot be built.
+    """The compiled binding on every torch; the Python API one where it cannot be had (no
+    toolchain, and no build of it for this torch in the build cache).
 
     The compiled binding is the only one torch 2.4.1 (torch-directml's pin) can
     take, so every lane tests the users' path; it is also the faster one on
@@ -475,7 +476,7 @@ def select_binding():
                          f"Python PrivateUse1 backend API (torch >= 2.5 has it)")
     if forced:
         return bindings[forced]
-    if _compiled.missing_tools() and _python_api.available():
+    if _compiled.missing() and _python_api.available():
         return _python_api
     return _compiled  # raises a clear error at setup() if it cannot be built
 

@@ -23,6 +23,12 @@ NAME = "compiled"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "device.cpp")
 
 
+def missing() -> list:
+    """What building the extension needs and this machine lacks; nothing where a build of
+    this source for this torch exists (prebuilt or in the build cache)."""
+    return [] if cpp_build.exists(cpp_build.module_name("dmlshim_emulation", SOURCE)) else missing_tools()
+
+
 @functools.lru_cache(maxsize=None)
 def extension():
     """The compiled extension module (built on the first call, then cached).
@@ -30,12 +36,12 @@ def extension():
     Raises:
         RuntimeError: no C++ compiler or no ninja on this machine, or the build failed.
     """
-    missing = [] if cpp_build.exists(cpp_build.module_name("dmlshim_emulation", SOURCE)) else missing_tools()
-    if missing:
+    lacking = missing()
+    if lacking:
         raise RuntimeError(
             f"dmlshim.emulation on torch {torch.__version__} builds a small C++ extension "
             f"on first use (this torch has no Python PrivateUse1 backend API), and this "
-            f"machine lacks {' and '.join(missing)}. The shim itself (dmlshim.activate()) "
+            f"machine lacks {' and '.join(lacking)}. The shim itself (dmlshim.activate()) "
             f"needs neither; only the emulated device does.")
     return cpp_build.build("dmlshim_emulation", SOURCE)
 

@@ -307,12 +307,14 @@ std::optional<Ruling> rule(int, c10::DeviceType, const A&...) { return std::null
 
 std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self, const at::Tensor& other,
                            const c10::Scalar& alpha) {      // add.Tensor, sub.Tensor
-  return law == kSum || law == kDifference ? arithmetic(law, target, self, integer(other), integer(alpha)) : std::nullopt;
+  if (law != kSum && law != kDifference) return std::nullopt;
+  return arithmetic(law, target, self, integer(other), integer(alpha));
 }
 
 std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self, const c10::Scalar& other,
                            const c10::Scalar& alpha) {      // add.Scalar, sub.Scalar
-  return law == kSum || law == kDifference ? arithmetic(law, target, self, integer(other), integer(alpha)) : std::nullopt;
+  if (law != kSum && law != kDifference) return std::nullopt;
+  return arithmetic(law, target, self, integer(other), integer(alpha));
 }
 
 std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& self, const at::Tensor& other) {
