@@ -323,11 +323,13 @@ def main(argv=None):
         torch.set_num_threads(threads)  # AutoModel sets its own
         print("  " + "\n  ".join(f"{k}: {v}" for k, v in rows[-1].items()), file=sys.stderr)
     if args.json:
+        from dmlshim.patches import _gate
         timing.write_json(args.json, "model_syncs", rows,
                           {"torch": torch.__version__,
                            "device": "emulated DirectML" if args.device == "emulated"
                            else "torch-directml 0.2.5 on lavapipe",
-                           "repeat": args.repeat})
+                           "repeat": args.repeat,
+                           "gate": _gate.report_line(_gate.report())})     # DMLSHIM_GATE=python: the Python gate
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
 

@@ -259,7 +259,7 @@ def zoo_table(name):
 def syncs_table(name):
     """benchmarks/model_syncs.py's table: a row per reference model."""
     return _file_table(name, lambda e: f"{e.get('device', '')}, median of {e.get('repeat', '?')} "
-                                       f"runs each side.")
+                                       f"runs each side" + (f"; gate: {e['gate']}." if "gate" in e else "."))
 
 
 def doctor_table(names):

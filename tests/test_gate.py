@@ -282,8 +282,8 @@ DEVICE_CALLS = {
 
 
 # device calls with nothing to fix that the Python gate sends to the fixes all the same: a
-# slice's anchor (offset_views) and int_range's laws are kept in C++ by the compiled gate only
-PYTHON_GATE_ENTERS = {"a[1:]", "int64 i + 1", "int64 i - 2, i * 3", "int64 i > 3, i <= 2", "int64 clone"}
+# slice's anchor (offset_views) is kept in C++ by the compiled gate only
+PYTHON_GATE_ENTERS = {"a[1:]"}
 
 
 def b_of(a):
@@ -373,6 +373,28 @@ def test_integer_calls_decided_by_a_law_keep_their_results_span(gate, dml_device
     j.add_(1)                                          # a write: the span kept is gone
     assert ranges.known_span(j) is None
     assert ranges.known_span(results["clone"][1:]) == (0, 7)     # a view: its base's
+
+
+def test_the_python_gates_laws_take_what_the_compiled_ones_take(dml_device):
+    """``_gate.rule``, csrc/gate.cpp's ``rule`` in Python: a Python int (not a bool or float),
+    ``self`` an int32/int64 device tensor of a span kept, not a view, every value within the
+    law's exact span; else None (the fix decides)."""
+    i = torch.arange(8).to(dml_device)
+    ranges.remember(i, (0, 7), exact=True)
+
+    def rule(law, *args, **kwargs):
+        return _gate.rule(_gate.LAWS[law], dml_device.type, args, kwargs)
+
+    assert rule("sum", i, 1) == (True, (1, 8), False)
+    assert rule("sum", i, True) is None and rule("sum", i, 1.0) is None and rule("sum", i, 2 ** 24) is None
+    assert rule("difference", i, 2, alpha=3) == (True, (-6, 1), False)
+    assert rule("product", i, -2) == (True, (-14, 0), False)
+    assert rule("compare", i, 3) == (False, None, False) and rule("compare", i, 2 ** 31) is None
+    assert rule("unchanged", i) == (True, (0, 7), False) and rule("unchanged", i[1:]) is None
+    assert rule("fill", i, 2 ** 31) == (True, (2 ** 31, 2 ** 31), True) and rule("fill", i.int(), 2 ** 31) is None
+    assert rule("sum", i.float(), 1) is None and rule("sum", i.cpu(), 1) is None
+    ranges.forget(i)
+    assert rule("sum", i, 1) is None and rule("compare", i, 3) is None
 
 
 def test_set_watch_tells_a_ranged_fix_law_with_what_the_others_watch():

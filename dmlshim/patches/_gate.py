@@ -21,6 +21,7 @@ kernel, which it calls: its CPU calls meet nothing of dmlshim's.
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -32,6 +33,7 @@ from typing import Callable, FrozenSet, Iterable, Optional, Union
 import torch
 
 from .. import cpp_build, fallback, islands, ranges
+from ..laws import integers
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "gate.cpp")
 TRAMPOLINE = "FPGA"
@@ -235,7 +237,7 @@ def ranged(law_of: Callable[[torch._ops.OpOverload], Optional[str]]):
     """Declare that the compiled gate may take ``fix``'s decision itself for an overload
     ``law_of(op)`` names a law of (:data:`LAWS`; None: not this one), where no other fix of
     the overload watches the call: int_range's, by the value ranges it keeps there too
-    (``ranges.keep_in``).  The Python gate leaves every such call to the fix."""
+    (``ranges.keep_in``).  The Python gate applies the same laws in Python (:func:`rule`)."""
     def mark(fix):
         fix.__dmlshim_ranged__ = law_of
         return fix
@@ -313,8 +315,8 @@ class PythonGate:
     CPU's included, runs ``passed(keyset, args, kwargs)``: redispatched below, unfixed.
     ``always``: every call goes to ``kernel``.  A ``catch`` runs the call here and sends it
     there if it fails, as the typed gates do; ``view`` and ``marked`` read what offset_views
-    and :func:`mark` keep on the tensor (:data:`ANCHOR`, :data:`MARKED`).  Its CPU calls
-    still pay the Python kernel (about 3 us)."""
+    and :func:`mark` keep on the tensor (:data:`ANCHOR`, :data:`MARKED`); int_range's laws
+    (:meth:`ranged`) are :func:`rule`'s.  Its CPU calls still pay the Python kernel (about 3 us)."""
 
     def __init__(self, op, kernel, passed: Optional[Callable], target: str, always: bool):
         self.kernel, self.passed, self.target = kernel, passed, target
@@ -323,6 +325,8 @@ class PythonGate:
         self.slots = _slots(op)
         self.has_device = any(kind == "device" for _, _, kind, _ in self.slots)
         self.state = (_ALWAYS, frozenset(), frozenset(), frozenset())   # until watch()
+        self.name = op._schema.name                  # aten::add: an out form's functional call
+        self.ranging = None                          # (law, the other fixes' state): ranged()
 
     def watch(self, flags: int, dtypes, numbers, ranks) -> None:
         """What the fixes look at (``Registration.watch``'s arguments): replaced whole, so
@@ -332,15 +336,21 @@ class PythonGate:
     def destroy(self) -> None:
         """Nothing to undo: the kernel goes with its library."""
 
-    def ranged(self, law: int, *others) -> None:
-        """Nothing: a law the compiled gate applies itself (:func:`ranged`) stays the fix's
-        here, with every call the fixes watch."""
+    def ranged(self, law: int, flags: int, dtypes, numbers, ranks) -> None:
+        """``Registration.ranged``: the law of the fix declared :func:`ranged` (0: none) and
+        what the other fixes look at, replaced whole."""
+        self.ranging = (law, (flags, frozenset(dtypes), frozenset(numbers), frozenset(ranks))) if law else None
 
     def __call__(self, keyset, *args, **kwargs):
         if self.always:
             return self.kernel(keyset, *args, **kwargs)
         if keyset.has(self.backend) or self.has_device and self._device_arg(kwargs):
             if self._to_fixes(args, kwargs):
+                ranging = self.ranging
+                if ranging is not None and not self._to_fixes(args, kwargs, ranging[1]):
+                    ruled = self._ruled(ranging[0], keyset, args, kwargs)
+                    if ruled is not _TO_THE_FIX:
+                        return ruled
                 return self.kernel(keyset, *args, **kwargs)
             if self.state[0] & _CATCH:          # never in place or out= (set_watch: always)
                 try:
@@ -353,9 +363,27 @@ class PythonGate:
         device = kwargs.get("device")
         return device is not None and torch.device(device).type == self.target
 
-    def _to_fixes(self, args, kwargs) -> bool:
-        """``Scan``: whether a device call meets what the fixes watch."""
-        flags, dtypes, numbers, ranks = self.state
+    def _ruled(self, law: int, keyset, args, kwargs):
+        """The call passed on by ``law`` (``csrc/gate.cpp``'s ``rule``), its result's span
+        kept, or :data:`_TO_THE_FIX`."""
+        if law == LAWS["out form"]:
+            return self.passed(keyset, args, kwargs) if _PASSING.get() == self.name else _TO_THE_FIX
+        ruling = rule(law, self.target, args, kwargs)
+        if ruling is None:
+            return _TO_THE_FIX
+        token = _PASSING.set(self.name)
+        try:
+            result = self.passed(keyset, args, kwargs)
+        finally:
+            _PASSING.reset(token)
+        if ruling[0]:
+            ranges.remember(result, ruling[1], exact=ruling[2])
+        return result
+
+    def _to_fixes(self, args, kwargs, state=None) -> bool:
+        """``Scan``: whether a device call meets what the fixes watch (``state``: what
+        :meth:`watch` told, else the other fixes' of :meth:`ranged`)."""
+        flags, dtypes, numbers, ranks = state or self.state
         if flags & _ALWAYS:
             return True
         tensors, n, offset = [], len(args), None
@@ -416,6 +444,64 @@ class PythonGate:
                 elif t.dtype != dtype:
                     return True
         return False
+
+
+# --------------------------------------------------------------- int_range's laws (ranged)
+_TO_THE_FIX = object()        # _ruled: no ruling, the fixes decide
+# the operator (aten::add) whose functional call a Python gate is passing on by its law
+_PASSING: contextvars.ContextVar = contextvars.ContextVar("dmlshim_gate_passing", default=None)
+_FLOAT_EXACT, _BITS32 = 2 ** 24, 2 ** 31
+_INT32 = (-2 ** 31, 2 ** 31 - 1)
+
+
+def _within(lo: int, hi: int, bound: int) -> bool:
+    return -bound < lo and hi < bound
+
+
+def _integer(value) -> Optional[int]:
+    """A Python int (not a bool), as the compiled gate's ``integer`` takes a wrapped number."""
+    return value if type(value) is int else None
+
+
+def rule(law: int, target: str, args, kwargs) -> Optional[tuple]:
+    """``csrc/gate.cpp``'s ``rule`` in Python: whether the call passes by int_range's ``law``
+    (:data:`LAWS`) with the span its fix would keep, ``(record, (least, greatest), exact)``,
+    or None (the fix decides).  ``self`` an int32/int64 tensor of ``target``, not a view
+    (nor a subclass), and a Python int where the law takes a number."""
+    x = args[0] if args else None
+    if type(x) not in _PLAIN or x._base is not None or x.device.type != target:
+        return None
+    dtype = x.dtype
+    if law in (LAWS["sum"], LAWS["difference"], LAWS["product"]):
+        n = _integer(args[1] if len(args) > 1 else kwargs.get("other"))
+        alpha = 1 if law == LAWS["product"] else _integer(integers.alpha_of(args, kwargs))
+        span = ranges.known_span(x) if dtype in (torch.int32, torch.int64) else None
+        if n is None or alpha is None or span is None or not _within(*span, _FLOAT_EXACT) \
+                or not _within(n, n, _FLOAT_EXACT) or not _within(alpha, alpha, _FLOAT_EXACT):
+            return None
+        if law == LAWS["product"]:
+            lo, hi = sorted((span[0] * n, span[1] * n))
+        else:
+            shift = (1 if law == LAWS["sum"] else -1) * alpha * n
+            lo, hi = span[0] + shift, span[1] + shift
+        return (True, (lo, hi), False) if _within(lo, hi, _FLOAT_EXACT) else None
+    if law == LAWS["compare"]:
+        n = _integer(args[1] if len(args) > 1 else kwargs.get("other"))
+        if n is None or dtype not in (torch.int32, torch.int64):
+            return None
+        span = ranges.known_span(x) if dtype == torch.int64 else (0, 0)
+        return (False, None, False) if span is not None and _within(*span, _BITS32) and _within(n, n, _BITS32) \
+            else None
+    if law == LAWS["unchanged"]:
+        span = ranges.known_span(x) if dtype in (torch.int32, torch.int64) else None
+        if dtype == torch.int32:
+            return (span is not None, span, False)
+        return (True, span, False) if span is not None and _within(*span, _BITS32) else None
+    if law == LAWS["fill"]:
+        n = _integer(args[1] if len(args) > 1 else kwargs.get("value"))
+        fits = dtype == torch.int64 or dtype == torch.int32 and n is not None and _INT32[0] <= n <= _INT32[1]
+        return (True, (n, n), True) if n is not None and fits else None
+    return None
 
 
 def mark_anchored(view: torch.Tensor, anchor: torch.Tensor, offset: int) -> None:

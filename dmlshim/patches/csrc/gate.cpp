@@ -196,15 +196,17 @@ void keep(const at::Tensor& t, int64_t lo, int64_t hi, bool exact) {
 }
 
 // int_range's laws (patches/int_range.py, laws/integers.py) for the integer calls a decode
-// loop makes most, decided here where Python would pass the call on unchanged: integer
-// arithmetic with a number computes in float32 on DirectML (exact within 2**24), int64
-// comparisons and clone read 32 bits (docs/defects.md, int_range).  Any other case (a span
-// not kept, a value past the law's exact span, a view, a float or bool number) goes to
-// Python, which reads, moves the call or computes it otherwise.
-// kOutForm: an out= overload (add.out) that the device's functional kernel (add.Tensor's on the
-// real binary) calls while the gate passes that functional call on: measured already, it
-// passes too (int_range's _PASSING)
-// kFill: an integer fill_ (the real binary's comparison with a number fills one): its value.
+// loop makes most, decided here where Python would pass the call on unchanged, with the span
+// Python would keep (docs/defects.md, int_range).  Any other case (a span not kept, a value
+// past the law's exact span, a view, a float or bool number) goes to Python, which reads,
+// moves the call or computes it otherwise.
+//   kSum, kDifference, kProduct: x + n * alpha, x - n * alpha, x * n, computed in float32 by
+//     DirectML (exact within 2**24);
+//   kCompare: lt/le/gt/ge with a number, and kUnchanged: clone (int64 reads 32 bits);
+//   kOutForm: an out= overload (add.out) that the device's functional kernel (add.Tensor's on
+//     the real binary) calls while the gate passes that call on: measured already, it passes
+//     too (int_range's _PASSING);
+//   kFill: fill_ with a number (the real binary's comparison with one fills a tensor).
 enum Law : int { kNoLaw = 0, kSum, kDifference, kProduct, kCompare, kUnchanged, kOutForm, kFill };
 constexpr int64_t kFloatExact = int64_t{1} << 24;
 constexpr int64_t kBits32 = int64_t{1} << 31;
@@ -281,15 +283,6 @@ std::optional<Ruling> unchanged(c10::DeviceType target, const at::Tensor& x) {
   return Ruling{true, span->lo, span->hi};
 }
 
-// the operator (aten::add) whose functional call this thread's gate is passing on by its law
-thread_local const c10::OperatorName* passing = nullptr;
-
-struct Passing {
-  const c10::OperatorName* before;
-  explicit Passing(const c10::OperatorName* name) : before(passing) { passing = name; }
-  ~Passing() { passing = before; }
-};
-
 // fill_ of an int32/int64 tensor with a number it holds: every value that number
 // (int_range._spanned's exact span)
 std::optional<Ruling> filled(c10::DeviceType target, const at::Tensor& x, std::optional<int64_t> n) {
@@ -332,6 +325,15 @@ std::optional<Ruling> rule(int law, c10::DeviceType target, const at::Tensor& se
                            const std::optional<c10::MemoryFormat>&) {                     // clone
   return law == kUnchanged ? unchanged(target, self) : std::nullopt;
 }
+
+// the operator (aten::add) whose functional call this thread's gate is passing on by its law
+thread_local const c10::OperatorName* passing = nullptr;
+
+struct Passing {
+  const c10::OperatorName* before;
+  explicit Passing(const c10::OperatorName* name) : before(passing) { passing = name; }
+  ~Passing() { passing = before; }
+};
 
 // One pass over a device call's arguments: whether Python must see it.
 struct Scan {
