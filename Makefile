@@ -177,7 +177,9 @@ WHEEL_TESTS := test_activate.py test_gate.py test_emulation.py test_routing_swee
     installed_wheel.py
 
 wheel-check: setup
-	rm -rf dist $(WHEEL_VENV) dmlshim/_prebuilt
+	# build/: setuptools' staging folder, whose copies of an earlier build's files (a
+	# _prebuilt gate) would end up in these wheels
+	rm -rf dist build $(WHEEL_VENV) dmlshim/_prebuilt
 	$(PYTHON) -m venv $(WHEEL_VENV)
 	$(WHEEL_PY) -m pip install -q $(WHEEL_TOOLS)
 	$(WHEEL_PY) -m build -q --outdir dist .

@@ -61,7 +61,7 @@ _tried: list = []
 _lock = threading.Lock()
 # What the Python gate costs, from docs/performance.md ("A DirectML device present",
 # benchmarks/results/device_present-*.json): the WARNING says it.
-PYTHON_GATE_COST = "CPU calls take 2.5x to 6.4x as long (+1.9 to +19 us each) while a DirectML device is present"
+PYTHON_GATE_COST = "CPU calls take 2.6x to 6.4x as long (+2 to +20 us each) while a DirectML device is present"
 
 
 def _try():
