@@ -35,7 +35,7 @@ from .laws.integers import Span, integral  # noqa: F401  (integral: the ranges' 
 _known: Dict[int, Tuple[weakref.ref, int, Span, bool]] = {}
 # the compiled gate's table of spans (keep_in), or None: it decides int_range's commonest
 # calls in C++ by the spans kept there, and keeps their results' spans there alone
-_gate = None
+_gate_table = None
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
 
 
@@ -43,8 +43,8 @@ def keep_in(gate) -> None:
     """Keep every span in the compiled gate's table too (``gate``: its module, which has
     ``span_set``/``span_get``/``span_drop``/``span_clear``; None: Python's alone), and read
     there the spans of the calls it decides itself (``_gate.ranged``)."""
-    global _gate
-    _gate = gate
+    global _gate_table
+    _gate_table = gate
 
 
 def _entry(t: torch.Tensor) -> Optional[Tuple[Span, bool]]:
@@ -52,7 +52,7 @@ def _entry(t: torch.Tensor) -> Optional[Tuple[Span, bool]]:
     entry = _valid(_known, t)
     if entry is not None:
         return entry[2], entry[3]
-    return _gate.span_get(t) if _gate is not None else None
+    return _gate_table.span_get(t) if _gate_table is not None else None
 
 
 def known_span(t: torch.Tensor) -> Optional[Span]:
@@ -98,11 +98,11 @@ def remember(t, span: Optional[Span], exact: bool = False) -> None:
     if version is not None:
         key = id(t)
         _known[key] = (weakref.ref(t, functools.partial(_drop, _known, key)), version, span, exact)
-        if _gate is not None:
+        if _gate_table is not None:
             if type(span[0]) is int and type(span[1]) is int and _INT64[0] <= span[0] and span[1] <= _INT64[1]:
-                _gate.span_set(t, span[0], span[1], exact)
+                _gate_table.span_set(t, span[0], span[1], exact)
             else:
-                _gate.span_drop(t)          # an older span there would outlive this one
+                _gate_table.span_drop(t)          # an older span there would outlive this one
 
 
 # id(base) -> (weak reference, version, rest, length, stride, {storage offset: span}): the
@@ -290,8 +290,8 @@ def forget(t: torch.Tensor) -> None:
         if candidate is not None:
             _known.pop(id(candidate), None)
             _regions.pop(id(candidate), None)
-            if _gate is not None:
-                _gate.span_drop(candidate)
+            if _gate_table is not None:
+                _gate_table.span_drop(candidate)
 
 
 def forget_all() -> None:
@@ -299,8 +299,8 @@ def forget_all() -> None:
     _known.clear()
     _regions.clear()
     _unwritten.clear()
-    if _gate is not None:
-        _gate.span_clear()
+    if _gate_table is not None:
+        _gate_table.span_clear()
 
 
 def _drop(table: dict, key: int, ref: weakref.ref) -> None:

@@ -231,6 +231,8 @@ def watch_of(fix, op) -> Watch:
 # int_range's laws that the compiled gate applies itself (csrc/gate.cpp's Law): a fix declares
 # which with ranged()
 LAWS = {"sum": 1, "difference": 2, "product": 3, "compare": 4, "unchanged": 5, "out form": 6, "fill": 7}
+# the same, as the Python gate tests them on its calls (no dict lookup there)
+_SUM, _DIFFERENCE, _PRODUCT, _COMPARE, _UNCHANGED, _OUT_FORM, _FILL = LAWS.values()
 
 
 def ranged(law_of: Callable[[torch._ops.OpOverload], Optional[str]]):
@@ -366,7 +368,7 @@ class PythonGate:
     def _ruled(self, law: int, keyset, args, kwargs):
         """The call passed on by ``law`` (``csrc/gate.cpp``'s ``rule``), its result's span
         kept, or :data:`_TO_THE_FIX`."""
-        if law == LAWS["out form"]:
+        if law == _OUT_FORM:
             return self.passed(keyset, args, kwargs) if _PASSING.get() == self.name else _TO_THE_FIX
         ruling = rule(law, self.target, args, kwargs)
         if ruling is None:
@@ -450,7 +452,7 @@ class PythonGate:
 _TO_THE_FIX = object()        # _ruled: no ruling, the fixes decide
 # the operator (aten::add) whose functional call a Python gate is passing on by its law
 _PASSING: contextvars.ContextVar = contextvars.ContextVar("dmlshim_gate_passing", default=None)
-_FLOAT_EXACT, _BITS32 = 2 ** 24, 2 ** 31
+_BITS32 = 2 ** 31
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
 
 
@@ -472,32 +474,33 @@ def rule(law: int, target: str, args, kwargs) -> Optional[tuple]:
     if type(x) not in _PLAIN or x._base is not None or x.device.type != target:
         return None
     dtype = x.dtype
-    if law in (LAWS["sum"], LAWS["difference"], LAWS["product"]):
+    if law in (_SUM, _DIFFERENCE, _PRODUCT):
         n = _integer(args[1] if len(args) > 1 else kwargs.get("other"))
-        alpha = 1 if law == LAWS["product"] else _integer(integers.alpha_of(args, kwargs))
+        alpha = 1 if law == _PRODUCT else _integer(integers.alpha_of(args, kwargs))
         span = ranges.known_span(x) if dtype in (torch.int32, torch.int64) else None
-        if n is None or alpha is None or span is None or not _within(*span, _FLOAT_EXACT) \
-                or not _within(n, n, _FLOAT_EXACT) or not _within(alpha, alpha, _FLOAT_EXACT):
+        bound = integers.FLOAT_EXACT
+        if n is None or alpha is None or span is None or not _within(*span, bound) \
+                or not _within(n, n, bound) or not _within(alpha, alpha, bound):
             return None
-        if law == LAWS["product"]:
+        if law == _PRODUCT:
             lo, hi = sorted((span[0] * n, span[1] * n))
         else:
-            shift = (1 if law == LAWS["sum"] else -1) * alpha * n
+            shift = (1 if law == _SUM else -1) * alpha * n
             lo, hi = span[0] + shift, span[1] + shift
-        return (True, (lo, hi), False) if _within(lo, hi, _FLOAT_EXACT) else None
-    if law == LAWS["compare"]:
+        return (True, (lo, hi), False) if _within(lo, hi, bound) else None
+    if law == _COMPARE:
         n = _integer(args[1] if len(args) > 1 else kwargs.get("other"))
         if n is None or dtype not in (torch.int32, torch.int64):
             return None
         span = ranges.known_span(x) if dtype == torch.int64 else (0, 0)
         return (False, None, False) if span is not None and _within(*span, _BITS32) and _within(n, n, _BITS32) \
             else None
-    if law == LAWS["unchanged"]:
+    if law == _UNCHANGED:
         span = ranges.known_span(x) if dtype in (torch.int32, torch.int64) else None
         if dtype == torch.int32:
             return (span is not None, span, False)
         return (True, span, False) if span is not None and _within(*span, _BITS32) else None
-    if law == LAWS["fill"]:
+    if law == _FILL:
         n = _integer(args[1] if len(args) > 1 else kwargs.get("value"))
         fits = dtype == torch.int64 or dtype == torch.int32 and n is not None and _INT32[0] <= n <= _INT32[1]
         return (True, (n, n), True) if n is not None and fits else None
