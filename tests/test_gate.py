@@ -188,6 +188,18 @@ def test_report_splits_device_reads_into_the_models_and_dmlshims(gate, dml_devic
     assert "device-to-host reads, the model's: " in text and "device-to-host reads, dmlshim's: 1 " in text
 
 
+@pytest.mark.parametrize("gate", ["compiled", "python"], indirect=True)
+def test_argument_parsers_device_scalar_read_reaches_the_read_kernel(gate, dml_device):
+    """torch's argument parser reads ``torch.arange(t)``'s device scalar holding the GIL;
+    with either gate the read goes through dmlshim's ``_local_scalar_dense`` kernel, which
+    redispatches with the GIL let go (the real binary's deadlock without it:
+    test_reliability.py's ``test_device_scalar_read_in_the_argument_parser_lets_go_of_the_gil``)."""
+    n = torch.tensor(5).to(dml_device)
+    dmlshim.trace.reset()
+    assert torch.arange(n).tolist() == [0, 1, 2, 3, 4]
+    assert dmlshim.report().syncs["model"]["aten::_local_scalar_dense"] == {"reads": 1, "bytes": 8}
+
+
 # the Python-level entry points CPU models reach most, each wrapped by a patch, auto or both
 FRONTED = {
     "a * b": lambda a, b: a * b,

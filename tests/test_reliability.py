@@ -228,6 +228,35 @@ def test_activate_without_torch_directml(tmp_path):
     assert "active         yes" in proc.stdout and "auto" in proc.stdout
 
 
+# ----------------------------------------------------------------------------- the GIL
+
+SEACO_NEEDED = ("bool_minmax,empty_cat,float_times_bool,inference_mode,int_broadcast,int_range,"
+                "nan_reductions,offset_views,out_resize")
+
+
+def test_device_scalar_read_in_the_argument_parser_lets_go_of_the_gil(device_kind):
+    """On the real binary, ``benchmarks/model_syncs.py``'s SeACo-Paraformer run with the Python
+    gate and only the fixes it needs hung every time within a minute (2026-11-28 and -29):
+    the main thread held the GIL in ``torch.arange(t)``'s argument parser, waiting on the GPU
+    for ``t``, while torch-directml's ``DmlEventQueue`` thread, freeing a tensor whose Python
+    object torch had preserved, waited for the GIL.  dmlshim's ``_local_scalar_dense`` kernel
+    now redispatches that read with the GIL let go, with either gate.  The run, in a child
+    with a time limit; the emulated device has no event queue thread to wait on."""
+    if device_kind != "directml":
+        pytest.skip("the deadlock's other thread is torch-directml's event queue; the emulator has none")
+    # tiled resources off, as the model lane: tiled, lavapipe's artifact (docs/realdml.md
+    # "Stack artifacts") emptied the CIF's fire places in 2 of 6 runs; it hung either way
+    env = dict(os.environ, DMLSHIM_GATE="python", PYTHONPATH=str(ROOT), VKD3D_TILED_RESOURCES="0")
+    command = [sys.executable, str(ROOT / "benchmarks" / "model_syncs.py"), "--device", "directml",
+               "--only", "seaco", "--raw", "--needed", SEACO_NEEDED, "--repeat", "1"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the SeACo-Paraformer run hung (killed after {exc.timeout} s): the deadlock is back")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "raw seconds: " in proc.stdout, proc.stdout[-2000:]
+
+
 # ----------------------------------------------------------------------------- bad environment
 
 @pytest.mark.parametrize("var, value, allowed", [

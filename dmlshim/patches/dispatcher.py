@@ -556,7 +556,12 @@ def _read_by_model(op, args, kwargs, result) -> None:
 
 def _scalar_read_kernel(op, backend):
     """``_local_scalar_dense`` (``.item()``, ``bool(t)``, ``int(t)``) of a device tensor: a
-    read the model made, counted; behind the compiled gate only (a CPU call pays no Python)."""
+    read the model made, counted, and redispatched with the GIL let go (``redispatch_boxed``
+    releases it).  torch's argument parser reads a device scalar holding the GIL
+    (``torch.arange(t)``: ``PythonArgs::scalar_slow``); torch-directml's ``DmlEventQueue``
+    thread may meanwhile free a tensor whose Python object torch preserved, which takes the
+    GIL (``PyObjectSlot::maybe_destroy_pyobj``): without this hop the two wait on each other
+    (docs/limitations.md).  With the Python gate a CPU ``.item()`` pays its Python too."""
     def kernel(keyset, *args, **kwargs):
         if keyset.has(backend) and not fallback.busy():
             trace.synced(op.name(), args[0].element_size())
@@ -619,13 +624,14 @@ def install(ctx: Context) -> None:
         if _at_autograd_too(op, makes):              # stands in for torch's autograd kernel
             library.impl(name.split("::", 1)[1], _autograd_island_kernel(op, backend, ctx.target, name),
                          "Autograd" + backend.name, with_keyset=True)
-    # the model's own device-to-host reads, counted for report() where the gate keeps CPU
-    # calls free of Python: .cpu()/.to("cpu") (the _to_copy kernel's after-hook) and .item()
+    # the model's own device-to-host reads, counted for report(): .item() with either gate
+    # (its kernel also lets go of the GIL: _scalar_read_kernel), .cpu()/.to("cpu") (the
+    # _to_copy kernel's after-hook) where the gate keeps CPU calls free of Python
+    scalar = _aten._local_scalar_dense.default
+    _gates.append(at_backend_select(library, scalar, _scalar_read_kernel(scalar, backend),
+                                    ctx.target, ctx.gate))
     if _gate.extension(ctx.gate) is not None:
         add_hook("_to_copy", _read_by_model, owner=__name__, after=True)
-        scalar = _aten._local_scalar_dense.default
-        _gates.append(at_backend_select(library, scalar, _scalar_read_kernel(scalar, backend),
-                                        ctx.target, ctx.gate))
     # composites at both keys (COMPOSITES); torch-directml has no kernel of these ops there
     for op, needs in filter(lambda item: on(item[0]), _composite_overloads()):
         name = op.name()
