@@ -144,3 +144,33 @@ def test_prebuild_keeps_each_torchs_gate_for_one_wheel(tmp_path, monkeypatch):
     assert sorted(os.path.basename(p) for p in paths) == sorted([name + suffix, other_lane])
     assert (stash / (name + suffix)).read_bytes() == b"this torch's build"
     assert cpp_build.prebuild("dmlshim_gate", str(source)) == paths      # no stash: _prebuilt as it is
+
+
+# The Windows wheel's gate is compiled by MSVC (.github/workflows/wheels.yml), which has not
+# run yet: the sources stay ISO C++17, so no GCC extension (a variable-length array, a
+# statement expression, a designated initializer, a zero-length array ...) reaches it.
+CXX_SOURCES = ["dmlshim/patches/csrc/gate.cpp", "dmlshim/emulation/csrc/device.cpp"]
+GCC_ONLY = ("__builtin_", "__attribute__", "__typeof__", "typeof(", "__extension__", "<unistd.h>")
+
+
+@pytest.mark.parametrize("source", CXX_SOURCES)
+def test_cpp_sources_are_iso_cpp17(source):
+    """``g++ -std=c++17 -pedantic-errors -fsyntax-only``, torch's and Python's headers as
+    system headers (theirs are not ours to hold to it), and no GCC-only spelling."""
+    from torch.utils.cpp_extension import include_paths
+    import sysconfig
+
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.fail("no g++ on PATH: the suite's machine has one (README, 'make setup')")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, source)
+    headers = [*include_paths(), sysconfig.get_paths()["include"]]
+    command = [compiler, "-std=c++17", "-fsyntax-only", "-pedantic-errors",
+               *(flag for h in headers for flag in ("-isystem", h)),
+               "-DTORCH_EXTENSION_NAME=dmlshim_check", path]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert [word for word in GCC_ONLY if word in text] == []
