@@ -16,6 +16,7 @@ import pytest
 
 from dmlshim import cpp_build
 from dmlshim.emulation import _compiled
+from dmlshim.patches import _gate
 
 CHILD = """
 import json, logging, sys, torch, dmlshim
@@ -149,12 +150,12 @@ def test_prebuild_keeps_each_torchs_gate_for_one_wheel(tmp_path, monkeypatch):
 # The Windows wheel's gate is compiled by MSVC (.github/workflows/wheels.yml), which has not
 # run yet: the sources stay ISO C++17, so no GCC extension (a variable-length array, a
 # statement expression, a designated initializer, a zero-length array ...) reaches it.
-CXX_SOURCES = ["dmlshim/patches/csrc/gate.cpp", "dmlshim/emulation/csrc/device.cpp"]
+CXX_SOURCES = [_gate.SOURCE, _compiled.SOURCE]
 GCC_ONLY = ("__builtin_", "__attribute__", "__typeof__", "typeof(", "__extension__", "<unistd.h>")
 
 
-@pytest.mark.parametrize("source", CXX_SOURCES)
-def test_cpp_sources_are_iso_cpp17(source):
+@pytest.mark.parametrize("path", CXX_SOURCES, ids=os.path.basename)
+def test_cpp_sources_are_iso_cpp17(path):
     """``g++ -std=c++17 -pedantic-errors -fsyntax-only``, torch's and Python's headers as
     system headers (theirs are not ours to hold to it), and no GCC-only spelling."""
     from torch.utils.cpp_extension import include_paths
@@ -163,8 +164,6 @@ def test_cpp_sources_are_iso_cpp17(source):
     compiler = shutil.which("g++")
     if compiler is None:
         pytest.fail("no g++ on PATH: the suite's machine has one (README, 'make setup')")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(root, source)
     headers = [*include_paths(), sysconfig.get_paths()["include"]]
     command = [compiler, "-std=c++17", "-fsyntax-only", "-pedantic-errors",
                *(flag for h in headers for flag in ("-isystem", h)),

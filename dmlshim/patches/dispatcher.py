@@ -561,7 +561,7 @@ def _scalar_read_kernel(op, backend):
     (``torch.arange(t)``: ``PythonArgs::scalar_slow``); torch-directml's ``DmlEventQueue``
     thread may meanwhile free a tensor whose Python object torch preserved, which takes the
     GIL (``PyObjectSlot::maybe_destroy_pyobj``): without this hop the two wait on each other
-    (docs/limitations.md).  With the Python gate a CPU ``.item()`` pays its Python too."""
+    (docs/internals.md, "Reading a device scalar, and the GIL").  With the Python gate a CPU ``.item()`` pays its Python too."""
     def kernel(keyset, *args, **kwargs):
         if keyset.has(backend) and not fallback.busy():
             trace.synced(op.name(), args[0].element_size())

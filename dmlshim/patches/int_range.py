@@ -330,7 +330,7 @@ _PASSING: contextvars.ContextVar = contextvars.ContextVar("dmlshim_int_range_pas
 # one, the compiled gate decides it by these laws itself, from the spans it keeps too
 # (``ranges.keep_in``), with the verdict and the result's span this fix would give
 # (an "out form": the out= overload the real binary's functional kernel calls while the gate
-# passes that call on, as _PASSING here: _OUT_FORMS')
+# passes that call on, as _PASSING here: each law's op's _OUT_FORMS)
 _LAWS_IN_THE_GATE = {_aten.add.Tensor: "sum", _aten.add.Scalar: "sum", _aten.sub.Tensor: "difference",
                      _aten.sub.Scalar: "difference", _aten.mul.Tensor: "product", _aten.mul.Scalar: "product",
                      _aten.clone.default: "unchanged", **{op: "compare" for op in integers.COMPARISONS}}
